@@ -1,0 +1,249 @@
+"""`mcp-gateway` commands: serve, check, servers, tools, plugins, call.
+
+Output is for people by default and for scripts with `--json`. A broken config is
+one clear message on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import mcp_types as types
+
+from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.errors import GatewayError, error_result
+from gateway.plugins import PluginInfo, get_plugin_manager
+from gateway.registry import Registry, RegistrationError, specs_from_config, specs_from_plugins
+from gateway.server import GatewayServer, serve_http, serve_stdio
+from gateway.settings import Settings
+from gateway.upstream import Upstream
+
+__all__ = ["main"]
+
+logger = logging.getLogger("gateway")
+
+EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
+
+T = TypeVar("T")
+
+
+class _Usage(Exception):
+    """A bad command line: message to stderr, exit 2."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mcp-gateway", description="One MCP endpoint in front of many MCP servers."
+    )
+    parser.add_argument("--config", type=Path, help="YAML server list (default: $GATEWAY_CONFIG or external-mcps.yaml)")
+    parser.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default: $GATEWAY_LOG_LEVEL or INFO")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="serve the merged catalog over stdio or streamable HTTP")
+    serve.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    serve.add_argument("--host", help="HTTP bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="HTTP port (default 8765; 0 picks a free one)")
+
+    for name, text in [
+        ("check", "validate the config, connect to every server, print a status table; exit 1 if any failed"),
+        ("servers", "connect and show every server with its state"),
+        ("plugins", "list discovered plugins, with the traceback of any that failed to load"),
+    ]:
+        sub = commands.add_parser(name, help=text)
+        sub.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+    tools = commands.add_parser("tools", help="list the merged tools")
+    tools.add_argument("--server", help="only this server's tools")
+    tools.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+    call = commands.add_parser("call", help="call one tool and print its result")
+    call.add_argument("tool", help="the exposed tool name, e.g. clock__now")
+    call.add_argument("--args", default="{}", help="arguments as a JSON object")
+    call.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    settings = Settings()
+    updates: dict[str, Any] = {}
+    if args.config is not None:
+        updates["config"] = args.config
+    if args.log_level is not None:
+        updates["log_level"] = args.log_level
+    http_updates = {k: v for k, v in (("host", getattr(args, "host", None)), ("port", getattr(args, "port", None))) if v is not None}
+    if http_updates:
+        updates["http"] = settings.http.model_copy(update=http_updates)
+    return settings.model_copy(update=updates)
+
+
+def _configure_logging(settings: Settings) -> None:
+    # stderr only: stdout carries the MCP protocol under `serve --transport stdio`.
+    logging.basicConfig(
+        stream=sys.stderr, level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    for noisy in ("httpx", "httpx2", "mcp", "uvicorn.access"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+
+
+def _load(settings: Settings) -> tuple[GatewayConfig, Registry, list[PluginInfo]]:
+    config = load_config(settings.config)
+    pm, infos = get_plugin_manager(settings)
+    specs = specs_from_plugins(pm, settings) + specs_from_config(config)
+    return config, Registry(specs, settings), infos
+
+
+async def _with_registry(registry: Registry, body: Callable[[Registry], Awaitable[T]]) -> T:
+    async with registry.running():
+        await registry.wait_settled(registry.settings.startup_timeout + 5)
+        return await body(registry)
+
+
+def _print_table(rows: Sequence[Sequence[str]], headers: Sequence[str]) -> None:
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+    for row in [headers, *rows]:
+        print("  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _server_row(u: Upstream, registry: Registry) -> dict[str, Any]:
+    return {
+        "server": u.id,
+        "origin": u.spec.origin,
+        "transport": u.spec.transport,
+        "status": "ok" if u.state == "ready" else u.state,
+        "reason": u.reason,
+        "tools": registry.catalog.server_items(u.id),
+        "prompts": len(u.listing.prompts),
+        "resources": len(u.listing.resources) + len(u.listing.templates),
+        "latency_ms": round(u.connect_ms, 1) if u.connect_ms is not None else None,
+        "protocol": u.protocol_version,
+        "since": u.state_since.isoformat(timespec="seconds"),
+    }
+
+
+async def _check(registry: Registry, as_json: bool, detailed: bool) -> int:
+    async def body(reg: Registry) -> list[dict[str, Any]]:
+        return [_server_row(u, reg) for u in reg.upstreams.values()]
+
+    rows = await _with_registry(registry, body)
+    failed = [r for r in rows if r["status"] not in ("ok", "disabled")]
+    if as_json:
+        print(json.dumps({"servers": rows, "ok": not failed}, indent=2))
+    elif not rows:
+        print("No servers configured.")
+    else:
+        headers = ["SERVER", "TRANSPORT", "STATUS", "TOOLS", "LATENCY"]
+        if detailed:
+            headers += ["PROMPTS", "RESOURCES", "PROTOCOL", "ORIGIN"]
+        table = []
+        for r in rows:
+            line = [r["server"], r["transport"], r["status"], str(r["tools"]), f"{r['latency_ms']} ms" if r["latency_ms"] is not None else "-"]
+            if detailed:
+                line += [str(r["prompts"]), str(r["resources"]), r["protocol"] or "-", r["origin"]]
+            table.append(line)
+        _print_table(table, headers)
+        for r in rows:
+            if r["status"] not in ("ok",) and r["reason"]:
+                print(f"  {r['server']}: {r['reason']}")
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+async def _tools(registry: Registry, server: str | None, as_json: bool) -> int:
+    if server is not None and server not in registry.upstreams:
+        raise _Usage(f"unknown server {server!r}; servers: {', '.join(registry.upstreams) or 'none'}")
+
+    async def body(reg: Registry) -> list[types.Tool]:
+        return [e.item for e in reg.catalog.tools.values() if server is None or e.server_id == server]
+
+    tools = await _with_registry(registry, body)
+    if as_json:
+        print(json.dumps([t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in tools], indent=2))
+    else:
+        _print_table([[t.name, (t.description or "").strip().split("\n")[0][:80]] for t in tools], ["TOOL", "DESCRIPTION"])
+    return EXIT_OK
+
+
+async def _call(registry: Registry, tool: str, raw_args: str, as_json: bool) -> int:
+    try:
+        arguments = json.loads(raw_args)
+    except json.JSONDecodeError as exc:
+        raise _Usage(f"--args is not valid JSON: {exc}") from None
+    if not isinstance(arguments, dict):
+        raise _Usage("--args must be a JSON object, like '{\"timezone\": \"Europe/Paris\"}'")
+
+    async def body(reg: Registry) -> types.CallToolResult:
+        try:
+            return await reg.call_tool(tool, arguments)
+        except GatewayError as exc:
+            return error_result(exc)
+
+    result = await _with_registry(registry, body)
+    if as_json:
+        print(json.dumps(result.model_dump(by_alias=True, mode="json", exclude_none=True), indent=2, ensure_ascii=False))
+    else:
+        for block in result.content:
+            print(block.text if isinstance(block, types.TextContent) else json.dumps(block.model_dump(by_alias=True, mode="json", exclude_none=True)))
+    return EXIT_FAILED if result.is_error else EXIT_OK
+
+
+def _plugins(infos: list[PluginInfo], as_json: bool) -> int:
+    if as_json:
+        print(json.dumps([i.__dict__ for i in infos], indent=2))
+        return EXIT_OK
+    if not infos:
+        print("No plugins found.")
+    _print_table([[i.name, i.status, i.source] for i in infos], ["PLUGIN", "STATUS", "SOURCE"])
+    for info in infos:
+        if info.error:
+            print(f"\n{info.name} failed to load:\n{info.error}")
+    return EXIT_OK
+
+
+async def _serve(registry: Registry, settings: Settings, transport: str) -> int:
+    async with registry.running():
+        gateway = GatewayServer(registry, settings)
+        await registry.wait_settled(settings.startup_timeout + 5)
+        if transport == "stdio":
+            await serve_stdio(gateway)
+        else:
+            await serve_http(gateway, settings, ready=lambda port: print(
+                f"mcp-gateway: serving on http://{settings.http.host}:{port}{settings.http.path}", file=sys.stderr, flush=True
+            ))
+    return EXIT_OK
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Parse arguments, run one command, return its exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        settings = _settings(args)
+        _configure_logging(settings)
+        if args.command == "plugins":
+            _, infos = get_plugin_manager(settings)
+            return _plugins(infos, args.json)
+        _config, registry, _infos = _load(settings)
+        if args.command in ("check", "servers"):
+            return anyio.run(_check, registry, args.json, args.command == "servers")
+        if args.command == "tools":
+            return anyio.run(_tools, registry, args.server, args.json)
+        if args.command == "call":
+            return anyio.run(_call, registry, args.tool, args.args, args.json)
+        return anyio.run(_serve, registry, settings, args.transport)
+    except ConfigError as exc:
+        print(f"mcp-gateway: config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except (RegistrationError, _Usage) as exc:
+        print(f"mcp-gateway: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except KeyboardInterrupt:
+        return EXIT_OK
+
+
+def main() -> None:
+    sys.exit(run())

@@ -1,0 +1,55 @@
+"""Every pluggy hook the gateway calls. Plugins implement them with `@hookimpl`.
+
+Hooks are prefixed `gateway_`, typed, and say how the results of several plugins
+combine. Contribution hooks take a `register` callback rather than returning values
+(the `llm` convention): a plugin may register zero, one or many things.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import pluggy
+
+if TYPE_CHECKING:
+    from mcp.server import MCPServer, Server
+
+    from gateway.settings import Settings
+
+__all__ = ["PROJECT_NAME", "RegisterServer", "gateway_register_servers", "hookimpl", "hookspec"]
+
+PROJECT_NAME = "mcp_gateway"
+"""The pluggy project name, and the entry-point group installed plugins use."""
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+class RegisterServer(Protocol):
+    """The callback handed to `gateway_register_servers`."""
+
+    def __call__(
+        self,
+        name: str,
+        server: MCPServer | Server[Any],
+        *,
+        description: str = "",
+        capabilities: Sequence[str] = (),
+    ) -> None:
+        """Register an in-process MCP server under `name` (also its default tool prefix).
+
+        `description` and `capabilities` (free tags) describe the server to people and
+        to the router. Registering the same name twice is an error that names both plugins.
+        """
+
+
+@hookspec
+def gateway_register_servers(register: RegisterServer, settings: Settings) -> None:
+    """Register internal MCP servers by calling `register(name, server, ...)`.
+
+    Every plugin's implementation is called; the servers of all of them are served.
+    The gateway reaches each one through the SDK's in-memory transport, exactly as it
+    reaches an external server over stdio or HTTP. `settings` gives the data directory
+    and other gateway-wide settings.
+    """

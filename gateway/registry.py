@@ -1,0 +1,254 @@
+"""The registry: every upstream server, internal and external, and the catalog they make.
+
+It turns the YAML config and the plugins' registrations into `UpstreamSpec`s, starts
+every upstream concurrently, rebuilds the merged catalog whenever a server's listing
+or state changes, and tells its listeners (the downstream server) what changed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp import StdioServerParameters
+from mcp.server import MCPServer, Server
+
+from gateway.catalog import Catalog, ServerListing, build_catalog
+from gateway.config import GatewayConfig, ServerConfig
+from gateway.errors import ToolNotFound
+from gateway.plugins import PluginManager
+from gateway.relay import Relay
+from gateway.settings import Settings
+from gateway.upstream import Upstream, UpstreamSpec
+
+__all__ = ["ChangeKind", "Registry", "RegistrationError", "specs_from_config", "specs_from_plugins"]
+
+logger = logging.getLogger(__name__)
+
+ChangeKind = str
+"""One of `tools`, `prompts`, `resources`."""
+
+ChangeListener = Callable[[set[ChangeKind]], Awaitable[None]]
+ResourceListener = Callable[[str], Awaitable[None]]
+LogListener = Callable[[str, types.LoggingMessageNotificationParams], Awaitable[None]]
+
+
+class RegistrationError(Exception):
+    """A plugin registered a server badly (for example, a name already taken)."""
+
+
+def spec_from_config(server: ServerConfig) -> UpstreamSpec:
+    """The connection spec of one YAML-declared server."""
+    target: StdioServerParameters | str
+    headers: dict[str, str] = {}
+    if server.transport == "stdio":
+        assert server.command is not None
+        target = StdioServerParameters(
+            command=server.command,
+            args=list(server.args),
+            env={**server.env, **server.secret_env} or None,
+            cwd=server.cwd,
+        )
+    else:
+        assert server.url is not None
+        target = server.url
+        headers = {**server.headers, **server.secret_headers}
+    return UpstreamSpec(
+        id=server.id,
+        prefix=server.prefix,
+        transport=server.transport,
+        target=target,
+        name=server.name,
+        description=server.description,
+        capabilities=tuple(server.capabilities),
+        headers=headers,
+        timeout=server.timeout,
+        enabled=server.enabled,
+        origin="config",
+        tool_filter=server.tools.permits,
+    )
+
+
+def specs_from_config(config: GatewayConfig) -> list[UpstreamSpec]:
+    return [spec_from_config(server) for server in config.servers.values()]
+
+
+def specs_from_plugins(pm: PluginManager, settings: Settings) -> list[UpstreamSpec]:
+    """Ask every plugin for its servers, through `gateway_register_servers`."""
+    specs: list[UpstreamSpec] = []
+    owners: dict[str, str] = {}
+
+    for impl in pm.hook.gateway_register_servers.get_hookimpls():
+        plugin_name = pm.get_name(impl.plugin) or "?"
+
+        def register(
+            name: str,
+            server: MCPServer | Server[Any],
+            *,
+            description: str = "",
+            capabilities: Sequence[str] = (),
+            _plugin: str = plugin_name,
+        ) -> None:
+            if name in owners:
+                raise RegistrationError(
+                    f"plugin {_plugin!r} registers server {name!r}, already registered by plugin {owners[name]!r}"
+                )
+            if not isinstance(server, MCPServer | Server):
+                raise RegistrationError(
+                    f"plugin {_plugin!r} registered {name!r} with a {type(server).__name__}; "
+                    "expected an mcp.server.MCPServer or mcp.server.Server"
+                )
+            owners[name] = _plugin
+            specs.append(
+                UpstreamSpec(
+                    id=name,
+                    prefix=name,
+                    transport="memory",
+                    target=server,
+                    name=name,
+                    description=description,
+                    capabilities=tuple(capabilities),
+                    origin=f"plugin:{_plugin}",
+                )
+            )
+
+        impl.function(register=register, settings=settings)
+    return specs
+
+
+class Registry:
+    """Owns the upstreams and the merged catalog. Use `async with registry.running():`."""
+
+    def __init__(self, specs: Sequence[UpstreamSpec], settings: Settings) -> None:
+        ids = [s.id for s in specs]
+        duplicates = sorted({i for i in ids if ids.count(i) > 1})
+        if duplicates:
+            raise RegistrationError(f"server id(s) used twice (plugin and config?): {', '.join(duplicates)}")
+        self.settings = settings
+        self.upstreams: dict[str, Upstream] = {
+            s.id: Upstream(s, self, startup_timeout=settings.startup_timeout, call_timeout=settings.call_timeout)
+            for s in specs
+        }
+        self.catalog = Catalog()
+        self.relay = Relay()
+        self.change_listeners: list[ChangeListener] = []
+        self.resource_listeners: list[ResourceListener] = []
+        self.log_listeners: list[LogListener] = []
+        self._task_group: anyio.abc.TaskGroup | None = None
+
+    # ---- lifecycle ------------------------------------------------------------
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[Registry]:
+        """Start every upstream concurrently; stop them all on exit."""
+        async with anyio.create_task_group() as tg:
+            self._task_group = tg
+            for upstream in self.upstreams.values():
+                tg.start_soon(upstream.run, name=f"upstream {upstream.id}")
+            try:
+                yield self
+            finally:
+                # Supervisors close their sessions (and reap stdio children) on stop; the
+                # deadline bounds a server that will not go away.
+                for upstream in self.upstreams.values():
+                    upstream.stop()
+                tg.cancel_scope.deadline = anyio.current_time() + 10
+                self._task_group = None
+
+    @property
+    def task_group(self) -> anyio.abc.TaskGroup:
+        """For work that outlives one request (relay exchanges)."""
+        if self._task_group is None:
+            raise RuntimeError("the registry is not running")
+        return self._task_group
+
+    async def wait_settled(self, timeout: float | None = None) -> None:
+        """Wait until every server has connected or failed (bounded by `timeout`)."""
+        with anyio.move_on_after(timeout):
+            for upstream in self.upstreams.values():
+                await upstream.wait_settled()
+
+    # ---- UpstreamEvents -------------------------------------------------------
+
+    async def listing_changed(self, upstream: Upstream) -> None:
+        await self._rebuild()
+
+    async def state_changed(self, upstream: Upstream) -> None:
+        level = logging.WARNING if upstream.state == "failed" else logging.INFO
+        reason = f" ({upstream.reason})" if upstream.reason else ""
+        logger.log(level, "server %r is %s%s", upstream.id, upstream.state, reason)
+        if upstream.state != "ready":
+            await self._rebuild()
+
+    async def resource_updated(self, upstream: Upstream, uri: str) -> None:
+        from gateway.catalog import expose_uri
+
+        exposed = expose_uri(upstream.spec.prefix, uri)
+        for listener in list(self.resource_listeners):
+            await listener(exposed)
+
+    async def log_message(self, upstream: Upstream, params: types.LoggingMessageNotificationParams) -> None:
+        for listener in list(self.log_listeners):
+            await listener(upstream.id, params)
+
+    async def relay_request(
+        self, upstream: Upstream, request: types.InputRequest
+    ) -> types.InputResponse | types.ErrorData:
+        return await self.relay.ask(upstream.id, request)
+
+    # ---- catalog --------------------------------------------------------------
+
+    async def _rebuild(self) -> None:
+        listings: list[ServerListing] = [u.listing for u in self.upstreams.values() if u.state == "ready"]
+        old, new = self.catalog, build_catalog(listings)
+        for message in new.collisions:
+            if message not in old.collisions:
+                logger.warning("name collision: %s", message)
+        changed: set[ChangeKind] = set()
+        if _items(old.tools) != _items(new.tools):
+            changed.add("tools")
+        if _items(old.prompts) != _items(new.prompts):
+            changed.add("prompts")
+        if _items(old.resources) != _items(new.resources) or _items(old.templates) != _items(new.templates):
+            changed.add("resources")
+        self.catalog = new
+        if changed:
+            for listener in list(self.change_listeners):
+                await listener(changed)
+
+    def tool(self, name: str) -> tuple[Upstream, str]:
+        """The upstream and upstream name of an exposed tool, or `ToolNotFound` naming close ones."""
+        entry = self.catalog.tools.get(name)
+        if entry is None:
+            close = difflib.get_close_matches(name, list(self.catalog.tools), n=3, cutoff=0.5)
+            hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+            raise ToolNotFound(f"There is no tool named {name!r}.{hint}")
+        return self.upstreams[entry.server_id], entry.original
+
+    def prompt(self, name: str) -> tuple[Upstream, str] | None:
+        entry = self.catalog.prompts.get(name)
+        return None if entry is None else (self.upstreams[entry.server_id], entry.original)
+
+    def resource(self, uri: str) -> tuple[Upstream, str] | None:
+        found = self.catalog.resolve_resource(uri)
+        return None if found is None else (self.upstreams[found[0]], found[1])
+
+    def template(self, uri_template: str) -> tuple[Upstream, str] | None:
+        found = self.catalog.resolve_template(uri_template)
+        return None if found is None else (self.upstreams[found[0]], found[1])
+
+    async def call_tool(self, name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
+        """Call an exposed tool with no downstream context (the CLI's one-shot `call`)."""
+        upstream, original = self.tool(name)
+        result = await upstream.request("tools/call", lambda c: c.call_tool(original, arguments))
+        assert isinstance(result, types.CallToolResult)
+        return result
+
+
+def _items(entries: dict[str, Any]) -> list[tuple[str, Any]]:
+    return [(k, e.item) for k, e in entries.items()]

@@ -1,0 +1,225 @@
+"""Relaying server-to-client requests (sampling, elicitation, roots) to the downstream client.
+
+An upstream server may ask its client, the gateway, for an LLM completion, for user
+input, or for the client's roots while it serves a request. The gateway passes the
+question to the downstream client whose request caused it, in whichever way that
+client's protocol era allows:
+
+- handshake-era clients (up to 2025-11-25) receive an ordinary server-to-client
+  request on the same request's stream;
+- 2026-07-28 clients cannot receive requests, so the gateway answers their request
+  with an `InputRequiredResult` carrying the question, keeps the upstream call
+  running in the background (an `Exchange`), and resumes it when the client retries
+  with its answers and the echoed `request_state`.
+
+Which downstream request an upstream question belongs to is known exactly when the
+upstream speaks 2026-07-28 (the question is raised inside the call's own task, seen
+through a context variable). Handshake-era upstreams send questions on their own
+channel; the gateway then picks the most recent in-flight request on that server.
+A client that did not declare the capability gets a clear refusal, never a hang.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import secrets
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import ServerMessageMetadata
+
+__all__ = ["Exchange", "ExchangeTable", "Relay", "RelayScope"]
+
+logger = logging.getLogger(__name__)
+
+_RESULT_TYPES: dict[type[Any], type[Any]] = {
+    types.CreateMessageRequest: types.CreateMessageResult,
+    types.ElicitRequest: types.ElicitResult,
+    types.ListRootsRequest: types.ListRootsResult,
+}
+_CAPABILITY_NAMES = {
+    types.CreateMessageRequest: "sampling",
+    types.ElicitRequest: "elicitation",
+    types.ListRootsRequest: "roots",
+}
+
+
+@dataclass
+class RelayScope:
+    """One downstream request being served by one upstream."""
+
+    upstream_id: str
+    ctx: ServerRequestContext[Any, Any]
+    exchange: Exchange | None = None
+
+
+_current_scope: contextvars.ContextVar[RelayScope | None] = contextvars.ContextVar(
+    "mcp_gateway_relay_scope", default=None
+)
+
+
+class Relay:
+    """Finds the downstream request an upstream question belongs to, and asks it."""
+
+    def __init__(self) -> None:
+        self._in_flight: dict[str, list[RelayScope]] = {}
+
+    @contextmanager
+    def scope(
+        self, upstream_id: str, ctx: ServerRequestContext[Any, Any], exchange: Exchange | None = None
+    ) -> Iterator[RelayScope]:
+        """Mark a downstream request as in flight on `upstream_id` for the duration of the block."""
+        scope = RelayScope(upstream_id, ctx, exchange)
+        stack = self._in_flight.setdefault(upstream_id, [])
+        stack.append(scope)
+        token = _current_scope.set(scope)
+        try:
+            yield scope
+        finally:
+            _current_scope.reset(token)
+            stack.remove(scope)
+
+    def find(self, upstream_id: str) -> RelayScope | None:
+        current = _current_scope.get()
+        if current is not None and current.upstream_id == upstream_id:
+            return current
+        stack = self._in_flight.get(upstream_id)
+        return stack[-1] if stack else None
+
+    async def ask(self, upstream_id: str, request: types.InputRequest) -> types.InputResponse | types.ErrorData:
+        """Put an upstream's question to the right downstream client, or refuse clearly."""
+        what = _CAPABILITY_NAMES[type(request)]
+        scope = self.find(upstream_id)
+        if scope is None:
+            return _refuse(
+                f"Server {upstream_id!r} sent a {what} request outside of any client request; "
+                "the gateway only relays these while a request to that server is in progress."
+            )
+        if not _client_supports(scope.ctx, request):
+            return _refuse(
+                f"The client connected to the gateway does not support {what}, "
+                f"so server {upstream_id!r}'s {what} request cannot be relayed."
+            )
+        if scope.exchange is not None:
+            return await scope.exchange.ask(request)
+        if not scope.ctx.session.can_send_request:
+            return _refuse(f"The client's connection cannot carry server-to-client requests ({what}).")
+        try:
+            return await scope.ctx.session.send_request(
+                request,
+                _RESULT_TYPES[type(request)],
+                metadata=ServerMessageMetadata(related_request_id=scope.ctx.request_id),
+            )
+        except MCPError as exc:
+            return exc.error
+
+
+def _refuse(message: str) -> types.ErrorData:
+    return types.ErrorData(code=types.INVALID_REQUEST, message=message)
+
+
+def _client_supports(ctx: ServerRequestContext[Any, Any], request: types.InputRequest) -> bool:
+    caps = ctx.session.client_capabilities
+    if caps is None:
+        return False
+    if isinstance(request, types.CreateMessageRequest):
+        return caps.sampling is not None
+    if isinstance(request, types.ElicitRequest):
+        return caps.elicitation is not None
+    return caps.roots is not None
+
+
+@dataclass
+class Exchange:
+    """An upstream call kept running across the retries of a 2026-07-28 client.
+
+    The call runs in a background task. When it needs input, `next_outcome` returns
+    the open questions; the client's retry `answer`s them and waits again.
+    """
+
+    id: str = field(default_factory=lambda: "gw-" + secrets.token_urlsafe(16))
+    ctx: ServerRequestContext[Any, Any] | None = None
+    _questions: dict[str, types.InputRequest] = field(default_factory=dict)
+    _answers: dict[str, types.InputResponse | types.ErrorData] = field(default_factory=dict)
+    _answered: dict[str, anyio.Event] = field(default_factory=dict)
+    _changed: anyio.Event = field(default_factory=anyio.Event)
+    _done: bool = False
+    _result: Any = None
+    _error: BaseException | None = None
+    _counter: int = 0
+    cancel_scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+
+    async def ask(self, request: types.InputRequest) -> types.InputResponse | types.ErrorData:
+        self._counter += 1
+        key = f"q{self._counter}"
+        self._questions[key] = request
+        self._answered[key] = event = anyio.Event()
+        self._changed.set()
+        await event.wait()
+        return self._answers.pop(key)
+
+    def answer(self, responses: dict[str, types.InputResponse] | None) -> None:
+        for key, response in (responses or {}).items():
+            if key in self._questions:
+                del self._questions[key]
+                self._answers[key] = response
+                self._answered.pop(key).set()
+
+    async def run(self, call: Callable[[], Awaitable[Any]]) -> None:
+        with self.cancel_scope:
+            try:
+                self._result = await call()
+            except Exception as exc:  # handed to the waiting request handler, which re-raises it
+                self._error = exc
+        self._done = True
+        self._changed.set()
+
+    async def next_outcome(self) -> Any:
+        """The call's result, or an `InputRequiredResult` with the questions still open."""
+        while True:
+            if self._done:
+                if self._error is not None:
+                    raise self._error
+                return self._result
+            if self._questions:
+                return types.InputRequiredResult(input_requests=dict(self._questions), request_state=self.id)
+            self._changed = anyio.Event()
+            await self._changed.wait()
+
+
+class ExchangeTable:
+    """Open exchanges by id, each abandoned after `ttl` seconds without a retry."""
+
+    def __init__(self, ttl: float = 300.0) -> None:
+        self.ttl = ttl
+        self._open: dict[str, tuple[Exchange, float]] = {}
+
+    def open(self, exchange: Exchange) -> None:
+        self._expire()
+        self._open[exchange.id] = (exchange, anyio.current_time() + self.ttl)
+
+    def take(self, exchange_id: str) -> Exchange | None:
+        self._expire()
+        found = self._open.get(exchange_id)
+        if found is None:
+            return None
+        self._open[exchange_id] = (found[0], anyio.current_time() + self.ttl)
+        return found[0]
+
+    def close(self, exchange_id: str) -> None:
+        self._open.pop(exchange_id, None)
+
+    def _expire(self) -> None:
+        now = anyio.current_time()
+        for key, (exchange, deadline) in list(self._open.items()):
+            if deadline < now:
+                logger.info("abandoning exchange %s: the client did not come back", key)
+                exchange.cancel_scope.cancel()
+                del self._open[key]

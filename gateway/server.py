@@ -1,0 +1,489 @@
+"""The downstream MCP server: the one endpoint clients connect to, over stdio or HTTP.
+
+Built on the SDK's low-level `Server`, which speaks both protocol eras: the
+handshake era (`initialize`, up to 2025-11-25) and the 2026-07-28 era
+(`server/discover`, per-request envelopes). Handlers look names up in the
+registry's catalog and forward the request to the owning upstream; change
+notifications go out on both eras' channels (connection notifications for
+handshake-era clients, `subscriptions/listen` streams for 2026-07-28 clients).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import warnings
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import mcp_types as types
+import uvicorn
+from mcp.server import NotificationOptions, Server, ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult
+from mcp.server.models import InitializationOptions
+from mcp.server.stdio import stdio_server
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    ListenHandler,
+    PromptsListChanged,
+    ResourcesListChanged,
+    ResourceUpdated,
+    ToolsListChanged,
+)
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from starlette.applications import Starlette
+
+from gateway.errors import GatewayError, error_result
+from gateway.registry import ChangeKind, Registry
+from gateway.relay import Exchange, ExchangeTable
+from gateway.settings import Settings
+from gateway.upstream import Upstream
+
+__all__ = ["GatewayServer", "build_http_app", "serve_http", "serve_stdio"]
+
+logger = logging.getLogger(__name__)
+
+_LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
+_LOOPBACK_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
+_RESERVED_META_PREFIX = "io.modelcontextprotocol/"
+_LEVELS: list[types.LoggingLevel] = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
+
+
+def _forwarded_meta(meta: types.RequestParamsMeta | None) -> dict[str, Any] | None:
+    """The downstream request's `_meta` minus what the SDK manages per hop.
+
+    The progress token and the protocol envelope keys belong to one connection; the
+    SDK sets its own on the upstream request. The log-level opt-in is forwarded so a
+    2026-07-28 upstream sends the log messages the client asked for.
+    """
+    if not meta:
+        return None
+    forwarded = {
+        k: v
+        for k, v in dict(meta).items()
+        if k not in ("progressToken", "progress_token")
+        and (not k.startswith(_RESERVED_META_PREFIX) or k == types.LOG_LEVEL_META_KEY)
+    }
+    return forwarded or None
+
+
+def _connection_of(ctx: ServerRequestContext[Any, Any]) -> Any:
+    """The SDK's per-client `Connection` behind a request (not public API in mcp 2.3)."""
+    return getattr(ctx.session, "_connection", None)
+
+
+def _encode_cursor(offset: int) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"o": offset}).encode()).decode()
+
+
+def _decode_cursor(cursor: str | None) -> int:
+    if not cursor:
+        return 0
+    try:
+        offset = json.loads(base64.urlsafe_b64decode(cursor.encode()))["o"]
+    except (ValueError, KeyError, TypeError):
+        raise MCPError(types.INVALID_PARAMS, f"Invalid cursor {cursor!r}: pass back a nextCursor value unchanged.") from None
+    if not isinstance(offset, int) or offset < 0:
+        raise MCPError(types.INVALID_PARAMS, f"Invalid cursor {cursor!r}.")
+    return offset
+
+
+def _page(items: list[Any], params: types.PaginatedRequestParams | None, size: int) -> tuple[list[Any], str | None]:
+    offset = _decode_cursor(params.cursor if params else None)
+    page = items[offset : offset + size]
+    return page, _encode_cursor(offset + size) if offset + size < len(items) else None
+
+
+class _GatewayLowLevelServer(Server[Any]):
+    """A low-level server whose handshake advertises list_changed for everything we proxy."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(prompts_changed=True, resources_changed=True, tools_changed=True),
+            experimental_capabilities,
+            extensions,
+        )
+
+
+class GatewayServer:
+    """The gateway's MCP server, wired to a running `Registry`."""
+
+    def __init__(self, registry: Registry, settings: Settings) -> None:
+        self.registry = registry
+        self.settings = settings
+        self.bus = InMemorySubscriptionBus()
+        self.exchanges = ExchangeTable()
+        self._listen = ListenHandler(self.bus)
+        self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._subscribers: dict[str, weakref.WeakSet[Any]] = {}
+        with warnings.catch_warnings():
+            # The handshake era's logging/setLevel is deprecated at 2026-07-28 but still
+            # what every 2025-era client sends; the gateway serves both eras.
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            self.server = _GatewayLowLevelServer(
+                "mcp-gateway",
+                version=_version(),
+                instructions=(
+                    "This endpoint aggregates several MCP servers. Tool and prompt names are "
+                    "'<server>__<name>'; resource URIs are '<server>+<uri>'."
+                ),
+                on_list_tools=self._list_tools,
+                on_call_tool=self._call_tool,
+                on_list_prompts=self._list_prompts,
+                on_get_prompt=self._get_prompt,
+                on_list_resources=self._list_resources,
+                on_list_resource_templates=self._list_resource_templates,
+                on_read_resource=self._read_resource,
+                on_subscribe_resource=self._subscribe,
+                on_unsubscribe_resource=self._unsubscribe,
+                on_subscriptions_listen=self._subscriptions_listen,
+                on_completion=self._complete,
+                on_set_logging_level=self._set_logging_level,
+            )
+        self.server.middleware.append(self._track_connection)
+        registry.change_listeners.append(self._on_catalog_change)
+        registry.resource_listeners.append(self._on_resource_updated)
+        registry.log_listeners.append(self._on_upstream_log)
+
+    # ---- connections and notifications -----------------------------------------
+
+    async def _track_connection(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        """Remember handshake-era connections: they get change notifications on their own channel."""
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            connection = _connection_of(ctx)
+            if connection is not None:
+                self._connections.add(connection)
+        return await call_next(ctx)
+
+    async def _on_catalog_change(self, kinds: set[ChangeKind]) -> None:
+        events = {"tools": ToolsListChanged(), "prompts": PromptsListChanged(), "resources": ResourcesListChanged()}
+        for kind in sorted(kinds):
+            await self.bus.publish(events[kind])
+            for connection in list(self._connections):
+                await self._notify(connection, f"notifications/{kind}/list_changed", None)
+
+    async def _on_resource_updated(self, uri: str) -> None:
+        await self.bus.publish(ResourceUpdated(uri=uri))
+        for connection in list(self._subscribers.get(uri, ())):
+            await self._notify(connection, "notifications/resources/updated", {"uri": uri})
+
+    async def _on_upstream_log(self, server_id: str, params: types.LoggingMessageNotificationParams) -> None:
+        logger_name = f"{server_id}/{params.logger}" if params.logger else server_id
+        scope = self.registry.relay.find(server_id)
+        if scope is not None:
+            ctx = scope.exchange.ctx if scope.exchange is not None and scope.exchange.ctx else scope.ctx
+            try:
+                await ctx.session.send_log_message(params.level, params.data, logger_name, ctx.request_id)
+            except Exception:  # boundary: a log line must never fail the request it belongs to
+                logger.debug("could not forward a log message from %r", server_id, exc_info=True)
+            return
+        for connection in list(self._connections):
+            minimum = connection.state.get("log_level", "debug")
+            if _LEVELS.index(params.level) >= _LEVELS.index(minimum):
+                await self._notify(
+                    connection, "notifications/message", {"level": params.level, "data": params.data, "logger": logger_name}
+                )
+
+    async def _notify(self, connection: Any, method: str, params: dict[str, Any] | None) -> None:
+        try:
+            await connection.notify(method, params)
+        except Exception:  # boundary: a gone client must not stop notifications to the others
+            logger.debug("dropping a connection that could not take %s", method, exc_info=True)
+            self._connections.discard(connection)
+
+    # ---- tools ----------------------------------------------------------------
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        tools, cursor = _page([e.item for e in self.registry.catalog.tools.values()], params, self.settings.page_size)
+        return types.ListToolsResult(tools=tools, next_cursor=cursor)
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        try:
+            upstream, original = self.registry.tool(params.name)
+
+            async def send(progress: Any) -> Any:
+                return await upstream.request(
+                    f"tools/call {params.name!r}",
+                    lambda c: c.call_tool(
+                        original, params.arguments, progress_callback=progress, meta=_forwarded_meta(ctx.meta)
+                    ),
+                )
+
+            return await self._interactive(ctx, params, upstream, send)
+        except GatewayError as exc:
+            return error_result(exc)
+
+    # ---- prompts ----------------------------------------------------------------
+
+    async def _list_prompts(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListPromptsResult:
+        prompts, cursor = _page([e.item for e in self.registry.catalog.prompts.values()], params, self.settings.page_size)
+        return types.ListPromptsResult(prompts=prompts, next_cursor=cursor)
+
+    async def _get_prompt(
+        self, ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams
+    ) -> types.GetPromptResult | types.InputRequiredResult:
+        found = self.registry.prompt(params.name)
+        if found is None:
+            raise MCPError(types.INVALID_PARAMS, f"Unknown prompt {params.name!r}.")
+        upstream, original = found
+
+        async def send(progress: Any) -> Any:
+            return await upstream.request(
+                f"prompts/get {params.name!r}",
+                lambda c: c.get_prompt(original, params.arguments, meta=_forwarded_meta(ctx.meta)),
+            )
+
+        return await self._as_protocol_error(self._interactive(ctx, params, upstream, send))
+
+    # ---- resources ----------------------------------------------------------------
+
+    async def _list_resources(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        items = [e.item for e in self.registry.catalog.resources.values()]
+        resources, cursor = _page(items, params, self.settings.page_size)
+        return types.ListResourcesResult(resources=resources, next_cursor=cursor)
+
+    async def _list_resource_templates(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        items = [e.item for e in self.registry.catalog.templates.values()]
+        templates, cursor = _page(items, params, self.settings.page_size)
+        return types.ListResourceTemplatesResult(resource_templates=templates, next_cursor=cursor)
+
+    def _resource(self, uri: str) -> tuple[Upstream, str]:
+        found = self.registry.resource(uri)
+        if found is None:
+            raise MCPError(types.RESOURCE_NOT_FOUND, f"Unknown resource {uri!r}.", {"uri": uri})
+        return found
+
+    async def _read_resource(
+        self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult | types.InputRequiredResult:
+        upstream, original = self._resource(params.uri)
+
+        async def send(progress: Any) -> Any:
+            result = await upstream.request(
+                f"resources/read {params.uri!r}",
+                lambda c: c.read_resource(original, meta=_forwarded_meta(ctx.meta), cache_mode="bypass"),
+            )
+            return _rename_contents(result, original, params.uri)
+
+        return await self._as_protocol_error(self._interactive(ctx, params, upstream, send))
+
+    async def _subscribe(self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams) -> types.EmptyResult:
+        upstream, original = self._resource(params.uri)
+        await self._as_protocol_error(upstream.subscribe(original))
+        connection = _connection_of(ctx)
+        if connection is not None:
+            self._subscribers.setdefault(params.uri, weakref.WeakSet()).add(connection)
+        return types.EmptyResult()
+
+    async def _unsubscribe(
+        self, ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams
+    ) -> types.EmptyResult:
+        upstream, original = self._resource(params.uri)
+        subscribers = self._subscribers.get(params.uri)
+        connection = _connection_of(ctx)
+        if subscribers is not None and connection is not None:
+            subscribers.discard(connection)
+        if not subscribers:
+            self._subscribers.pop(params.uri, None)
+            await self._as_protocol_error(upstream.unsubscribe(original))
+        return types.EmptyResult()
+
+    async def _subscriptions_listen(
+        self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
+    ) -> types.SubscriptionsListenResult:
+        """Serve a 2026-07-28 listen stream; its resource subscriptions are taken upstream too."""
+        wanted = [(uri, self.registry.resource(uri)) for uri in params.notifications.resource_subscriptions or ()]
+        for _uri, found in wanted:
+            if found is not None:
+                await self._as_protocol_error(found[0].subscribe(found[1]))
+        return await self._listen(ctx, params)
+
+    # ---- completion and logging ---------------------------------------------------
+
+    async def _complete(self, ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams) -> types.CompleteResult:
+        ref = params.ref
+        if isinstance(ref, types.PromptReference):
+            found = self.registry.prompt(ref.name)
+            if found is None:
+                raise MCPError(types.INVALID_PARAMS, f"Unknown prompt {ref.name!r}.")
+            upstream, original = found
+            upstream_ref: types.PromptReference | types.ResourceTemplateReference = ref.model_copy(update={"name": original})
+        else:
+            found = self.registry.template(ref.uri)
+            if found is None:
+                raise MCPError(types.INVALID_PARAMS, f"Unknown resource template {ref.uri!r}.")
+            upstream, original = found
+            upstream_ref = ref.model_copy(update={"uri": original})
+        context = params.context.arguments if params.context is not None else None
+        argument = {"name": params.argument.name, "value": params.argument.value}
+        return await self._as_protocol_error(
+            upstream.request("completion/complete", lambda c: c.session.complete(upstream_ref, argument, context))
+        )
+
+    async def _set_logging_level(
+        self, ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams
+    ) -> types.EmptyResult:
+        connection = _connection_of(ctx)
+        if connection is not None:
+            connection.state["log_level"] = params.level
+        return types.EmptyResult()
+
+    # ---- shared machinery ---------------------------------------------------------
+
+    async def _as_protocol_error(self, awaitable: Awaitable[Any]) -> Any:
+        """Outside tools/call there is no error result: gateway errors become JSON-RPC errors."""
+        try:
+            return await awaitable
+        except GatewayError as exc:
+            raise MCPError(types.INTERNAL_ERROR, exc.message, {"code": exc.code, "server": exc.server}) from None
+
+    async def _interactive(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        params: types.InputResponseRequestParams,
+        upstream: Upstream,
+        send: Callable[[Any], Awaitable[Any]],
+    ) -> Any:
+        """Run a request that an upstream may interrupt with questions for the client.
+
+        Handshake-era clients are asked directly on the request's stream. A 2026-07-28
+        client that declared sampling, elicitation or roots gets an `InputRequiredResult`
+        and resumes with its answers; the upstream call waits in an `Exchange` meanwhile.
+        """
+        if params.request_state is not None and ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            resumed = self.exchanges.take(params.request_state)
+            if resumed is None:
+                raise MCPError(
+                    types.INVALID_PARAMS, "Unknown or expired request_state: send the original request again."
+                )
+            resumed.ctx = ctx
+            resumed.answer(params.input_responses)
+            return await self._outcome(resumed)
+
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS or not _may_be_asked(ctx):
+            with self.registry.relay.scope(upstream.id, ctx):
+                return await send(_progress_forwarder(lambda: ctx))
+
+        exchange = Exchange(ctx=ctx)
+
+        async def run_call() -> Any:
+            with self.registry.relay.scope(upstream.id, ctx, exchange):
+                return await send(_progress_forwarder(lambda: exchange.ctx or ctx))
+
+        self.exchanges.open(exchange)
+        self.registry.task_group.start_soon(exchange.run, run_call)
+        return await self._outcome(exchange)
+
+    async def _outcome(self, exchange: Exchange) -> Any:
+        try:
+            outcome = await exchange.next_outcome()
+        except BaseException:
+            self.exchanges.close(exchange.id)
+            exchange.cancel_scope.cancel()
+            raise
+        if not isinstance(outcome, types.InputRequiredResult):
+            self.exchanges.close(exchange.id)
+        return outcome
+
+    # ---- transports ----------------------------------------------------------------
+
+    async def run_stdio(self) -> None:
+        async with stdio_server() as (read_stream, write_stream):
+            await self.server.run(read_stream, write_stream, self.server.create_initialization_options())
+
+
+def _may_be_asked(ctx: ServerRequestContext[Any, Any]) -> bool:
+    caps = ctx.session.client_capabilities
+    return caps is not None and (caps.sampling is not None or caps.elicitation is not None or caps.roots is not None)
+
+
+def _progress_forwarder(current: Callable[[], ServerRequestContext[Any, Any]]) -> Any:
+    """A progress callback for the upstream call that reports on the client's current request.
+
+    Always passed: whether the client asked for progress is known only to the SDK's
+    dispatch context (a token on JSON-RPC transports, a callback in memory), and
+    `report_progress` is a no-op when it did not.
+    """
+
+    async def forward(progress: float, total: float | None, message: str | None) -> None:
+        try:
+            await current().session.report_progress(progress, total, message)
+        except Exception:  # boundary: progress is best effort and must not fail the call
+            logger.debug("could not forward progress", exc_info=True)
+
+    return forward
+
+
+def _rename_contents(result: types.ReadResourceResult, original: str, exposed: str) -> types.ReadResourceResult:
+    """Contents carry the URI the client asked for, so it can match them to its request."""
+    contents = [c.model_copy(update={"uri": exposed}) if c.uri == original else c for c in result.contents]
+    return result.model_copy(update={"contents": contents})
+
+
+def transport_security(settings: Settings) -> TransportSecuritySettings:
+    """DNS-rebinding protection: loopback plus the configured hosts and origins, always on."""
+    hosts = list(_LOOPBACK_HOSTS) + settings.http.allowed_hosts
+    origins = list(_LOOPBACK_ORIGINS) + settings.http.allowed_origins
+    host = settings.http.host
+    if host not in ("127.0.0.1", "localhost", "::1", "0.0.0.0", "::"):
+        hosts.append(f"{host}:*")
+        origins.append(f"http://{host}:*")
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
+
+
+def build_http_app(gateway: GatewayServer, settings: Settings) -> Starlette:
+    return gateway.server.streamable_http_app(
+        streamable_http_path=settings.http.path,
+        stateless_http=settings.http.stateless,
+        transport_security=transport_security(settings),
+        host=settings.http.host,
+    )
+
+
+async def serve_http(gateway: GatewayServer, settings: Settings, *, ready: Callable[[int], None] | None = None) -> None:
+    """Serve streamable HTTP until cancelled or interrupted."""
+    app = build_http_app(gateway, settings)
+    config = uvicorn.Config(
+        app, host=settings.http.host, port=settings.http.port, log_level="warning", lifespan="on", timeout_graceful_shutdown=5
+    )
+    server = uvicorn.Server(config)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.serve)
+        while not server.started:
+            if server.should_exit:
+                return
+            await anyio.sleep(0.02)
+        port = server.servers[0].sockets[0].getsockname()[1] if server.servers else settings.http.port
+        logger.info("serving MCP over HTTP on http://%s:%s%s", settings.http.host, port, settings.http.path)
+        if ready is not None:
+            ready(port)
+
+
+async def serve_stdio(gateway: GatewayServer) -> None:
+    await gateway.run_stdio()
+
+
+def _version() -> str:
+    from gateway.upstream import _version as version
+
+    return version()

@@ -1,0 +1,121 @@
+"""A small MCP server used as a real upstream in tests: over stdio, HTTP, or in memory.
+
+Run `python tests/servers/demo_server.py stdio` or `... http` (prints `PORT=<n>` on
+stdout once listening on 127.0.0.1). `--name` sets the server name, so one script can
+play several upstreams.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Annotated
+
+import anyio
+import mcp_types as types
+from mcp.server.mcpserver import Context, MCPServer, Resolve, Sample
+
+
+def _ask(question: str) -> Sample:
+    return Sample(
+        [types.SamplingMessage(role="user", content=types.TextContent(type="text", text=question))], max_tokens=50
+    )
+
+
+def create_server(name: str = "demo") -> MCPServer:
+    mcp = MCPServer(name, instructions=f"The {name} test server.")
+
+    @mcp.tool(annotations=types.ToolAnnotations(read_only_hint=True))
+    def echo(text: str) -> str:
+        """Echo the text back."""
+        return text
+
+    @mcp.tool()
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    @mcp.tool()
+    def fail(message: str) -> str:
+        """Always fails with the given message (an error the upstream returns itself)."""
+        raise ValueError(message)
+
+    @mcp.tool()
+    async def count_slowly(steps: int, ctx: Context) -> str:
+        """Count to `steps`, reporting progress at each step."""
+        for i in range(1, steps + 1):
+            await ctx.report_progress(i, steps, f"step {i}")
+        return f"counted to {steps}"
+
+    @mcp.tool()
+    async def ask_llm(question: str, answer: Annotated[types.CreateMessageResult, Resolve(_ask)]) -> str:
+        """Ask the client's LLM a question (sampling)."""
+        content = answer.content
+        return f"LLM said: {content.text if isinstance(content, types.TextContent) else content}"
+
+    @mcp.tool()
+    async def sleep(seconds: float) -> str:
+        """Sleep, then answer."""
+        await anyio.sleep(seconds)
+        return f"slept {seconds}"
+
+    @mcp.tool()
+    async def grow(ctx: Context) -> str:
+        """Add a tool named `grown` and announce that the tool list changed."""
+
+        def grown() -> str:
+            """A tool that did not exist at start."""
+            return "grown"
+
+        mcp.add_tool(grown)
+        await ctx.notify_tools_changed()
+        return "added grown"
+
+    @mcp.resource("demo://readme", mime_type="text/plain")
+    def readme() -> str:
+        """What this server is."""
+        return f"{name} readme"
+
+    @mcp.resource("demo://items/{item_id}")
+    def item(item_id: str) -> str:
+        """One item by id."""
+        return f"item {item_id}"
+
+    @mcp.prompt()
+    def greet(who: str) -> str:
+        """Greet someone."""
+        return f"Hello, {who}!"
+
+    return mcp
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("transport", choices=["stdio", "http"])
+    parser.add_argument("--name", default="demo")
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args()
+    server = create_server(args.name)
+    if args.transport == "stdio":
+        server.run("stdio")
+        return
+    import uvicorn
+
+    app = server.streamable_http_app()
+    config = uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning")
+    uv = uvicorn.Server(config)
+
+    async def serve() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(uv.serve)
+            while not uv.started:
+                await anyio.sleep(0.01)
+            port = uv.servers[0].sockets[0].getsockname()[1]
+            print(f"PORT={port}", flush=True)
+
+    anyio.run(serve)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
