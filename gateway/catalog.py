@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -145,7 +145,7 @@ def expose_uri(prefix: str, uri: str) -> str:
     return f"{prefix}{URI_SEPARATOR}{uri}" if prefix else uri
 
 
-def _unique(candidate: str, taken: dict[str, object], make_variant: Callable[[int], str]) -> str:
+def _unique(candidate: str, taken: Mapping[str, object], make_variant: Callable[[int], str]) -> str:
     """First free name among `candidate`, then `make_variant(2)`, `make_variant(3)`, ..."""
     if candidate not in taken:
         return candidate
@@ -153,6 +153,14 @@ def _unique(candidate: str, taken: dict[str, object], make_variant: Callable[[in
     while (variant := make_variant(n)) in taken:
         n += 1
     return variant
+
+
+def _name_variant(base: str) -> Callable[[int], str]:
+    return lambda n: _shorten(f"{base}_{n}")
+
+
+def _uri_variant(base: str) -> Callable[[int], str]:
+    return lambda n: f"{base}#{n}"
 
 
 def _merge(
@@ -172,12 +180,8 @@ def _merge(
             exposed = expose(listing.prefix, original)
             if exposed in merged:
                 first = exposed
-                if listing.prefix == "":
-                    exposed = expose(listing.server_id, original)
-                if is_name:
-                    exposed = _unique(exposed, merged, lambda n, base=exposed: _shorten(f"{base}_{n}"))
-                else:
-                    exposed = _unique(exposed, merged, lambda n, base=exposed: f"{base}#{n}")
+                base = expose(listing.server_id, original) if listing.prefix == "" else exposed
+                exposed = _unique(base, merged, _name_variant(base) if is_name else _uri_variant(base))
                 collisions.append(
                     f"{kind} {first!r} of server {listing.server_id!r} collides with server "
                     f"{merged[first].server_id!r}; it is exposed as {exposed!r}"

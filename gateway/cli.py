@@ -20,7 +20,7 @@ import mcp_types as types
 from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.errors import GatewayError, error_result
 from gateway.plugins import PluginInfo, get_plugin_manager
-from gateway.registry import Registry, RegistrationError, specs_from_config, specs_from_plugins
+from gateway.registry import RegistrationError, Registry, specs_from_config, specs_from_plugins
 from gateway.server import GatewayServer, serve_http, serve_stdio
 from gateway.settings import Settings
 from gateway.upstream import Upstream
@@ -39,11 +39,11 @@ class _Usage(Exception):
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="mcp-gateway", description="One MCP endpoint in front of many MCP servers."
-    )
+    parser = argparse.ArgumentParser(prog="mcp-gateway", description="One MCP endpoint in front of many MCP servers.")
     parser.add_argument("--config", type=Path, help="YAML server list (default: $GATEWAY_CONFIG or external-mcps.yaml)")
-    parser.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default: $GATEWAY_LOG_LEVEL or INFO")
+    parser.add_argument(
+        "--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default: $GATEWAY_LOG_LEVEL or INFO"
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = commands.add_parser("serve", help="serve the merged catalog over stdio or streamable HTTP")
@@ -77,7 +77,9 @@ def _settings(args: argparse.Namespace) -> Settings:
         updates["config"] = args.config
     if args.log_level is not None:
         updates["log_level"] = args.log_level
-    http_updates = {k: v for k, v in (("host", getattr(args, "host", None)), ("port", getattr(args, "port", None))) if v is not None}
+    http_updates = {
+        k: v for k, v in (("host", getattr(args, "host", None)), ("port", getattr(args, "port", None))) if v is not None
+    }
     if http_updates:
         updates["http"] = settings.http.model_copy(update=http_updates)
     return settings.model_copy(update=updates)
@@ -143,7 +145,13 @@ async def _check(registry: Registry, as_json: bool, detailed: bool) -> int:
             headers += ["PROMPTS", "RESOURCES", "PROTOCOL", "ORIGIN"]
         table = []
         for r in rows:
-            line = [r["server"], r["transport"], r["status"], str(r["tools"]), f"{r['latency_ms']} ms" if r["latency_ms"] is not None else "-"]
+            line = [
+                r["server"],
+                r["transport"],
+                r["status"],
+                str(r["tools"]),
+                f"{r['latency_ms']} ms" if r["latency_ms"] is not None else "-",
+            ]
             if detailed:
                 line += [str(r["prompts"]), str(r["resources"]), r["protocol"] or "-", r["origin"]]
             table.append(line)
@@ -165,7 +173,9 @@ async def _tools(registry: Registry, server: str | None, as_json: bool) -> int:
     if as_json:
         print(json.dumps([t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in tools], indent=2))
     else:
-        _print_table([[t.name, (t.description or "").strip().split("\n")[0][:80]] for t in tools], ["TOOL", "DESCRIPTION"])
+        _print_table(
+            [[t.name, (t.description or "").strip().split("\n")[0][:80]] for t in tools], ["TOOL", "DESCRIPTION"]
+        )
     return EXIT_OK
 
 
@@ -175,7 +185,7 @@ async def _call(registry: Registry, tool: str, raw_args: str, as_json: bool) -> 
     except json.JSONDecodeError as exc:
         raise _Usage(f"--args is not valid JSON: {exc}") from None
     if not isinstance(arguments, dict):
-        raise _Usage("--args must be a JSON object, like '{\"timezone\": \"Europe/Paris\"}'")
+        raise _Usage('--args must be a JSON object, like \'{"timezone": "Europe/Paris"}\'')
 
     async def body(reg: Registry) -> types.CallToolResult:
         try:
@@ -185,10 +195,16 @@ async def _call(registry: Registry, tool: str, raw_args: str, as_json: bool) -> 
 
     result = await _with_registry(registry, body)
     if as_json:
-        print(json.dumps(result.model_dump(by_alias=True, mode="json", exclude_none=True), indent=2, ensure_ascii=False))
+        print(
+            json.dumps(result.model_dump(by_alias=True, mode="json", exclude_none=True), indent=2, ensure_ascii=False)
+        )
     else:
         for block in result.content:
-            print(block.text if isinstance(block, types.TextContent) else json.dumps(block.model_dump(by_alias=True, mode="json", exclude_none=True)))
+            print(
+                block.text
+                if isinstance(block, types.TextContent)
+                else json.dumps(block.model_dump(by_alias=True, mode="json", exclude_none=True))
+            )
     return EXIT_FAILED if result.is_error else EXIT_OK
 
 
@@ -212,9 +228,15 @@ async def _serve(registry: Registry, settings: Settings, transport: str) -> int:
         if transport == "stdio":
             await serve_stdio(gateway)
         else:
-            await serve_http(gateway, settings, ready=lambda port: print(
-                f"mcp-gateway: serving on http://{settings.http.host}:{port}{settings.http.path}", file=sys.stderr, flush=True
-            ))
+            await serve_http(
+                gateway,
+                settings,
+                ready=lambda port: print(
+                    f"mcp-gateway: serving on http://{settings.http.host}:{port}{settings.http.path}",
+                    file=sys.stderr,
+                    flush=True,
+                ),
+            )
     return EXIT_OK
 
 

@@ -85,7 +85,9 @@ def _discover_directories(directory: Path) -> list[Path]:
     return sorted(
         p
         for p in directory.iterdir()
-        if p.is_dir() and not p.name.startswith((".", "_")) and ((p / "__init__.py").is_file() or (p / "plugin.py").is_file())
+        if p.is_dir()
+        and not p.name.startswith((".", "_"))
+        and ((p / "__init__.py").is_file() or (p / "plugin.py").is_file())
     )
 
 
@@ -104,7 +106,7 @@ def get_plugin_manager(settings: Settings) -> tuple[PluginManager, list[PluginIn
         try:
             module = _load_directory_plugin(path)
             pm.register(module, name=name)
-        except Exception:  # boundary: a broken plugin is reported, never fatal
+        except Exception:  # noqa: BLE001 - boundary: a broken plugin is reported, never fatal
             error = traceback.format_exc()
             logger.error("plugin %r failed to load:\n%s", name, error)
             infos.append(PluginInfo(name, source, "failed", error))
@@ -121,7 +123,7 @@ def get_plugin_manager(settings: Settings) -> tuple[PluginManager, list[PluginIn
             continue
         try:
             pm.register(ep.load(), name=ep.name)
-        except Exception:  # boundary: a broken plugin is reported, never fatal
+        except Exception:  # noqa: BLE001 - boundary: a broken plugin is reported, never fatal
             error = traceback.format_exc()
             logger.error("plugin %r failed to load:\n%s", ep.name, error)
             infos.append(PluginInfo(ep.name, source, "failed", error))

@@ -176,7 +176,7 @@ class Exchange:
         with self.cancel_scope:
             try:
                 self._result = await call()
-            except Exception as exc:  # handed to the waiting request handler, which re-raises it
+            except Exception as exc:  # noqa: BLE001 - handed to the waiting handler, which re-raises it
                 self._error = exc
         self._done = True
         self._changed.set()

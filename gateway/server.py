@@ -16,7 +16,7 @@ import logging
 import warnings
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import mcp_types as types
@@ -31,6 +31,7 @@ from mcp.server.subscriptions import (
     PromptsListChanged,
     ResourcesListChanged,
     ResourceUpdated,
+    ServerEvent,
     ToolsListChanged,
 )
 from mcp.server.transport_security import TransportSecuritySettings
@@ -50,11 +51,13 @@ logger = logging.getLogger(__name__)
 
 _LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
 _LOOPBACK_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
+RESOURCE_NOT_FOUND = -32002
+"""The MCP specification's error code for an unknown resource URI."""
 _RESERVED_META_PREFIX = "io.modelcontextprotocol/"
 _LEVELS: list[types.LoggingLevel] = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
 
 
-def _forwarded_meta(meta: types.RequestParamsMeta | None) -> dict[str, Any] | None:
+def _forwarded_meta(meta: types.RequestParamsMeta | None) -> types.RequestParamsMeta | None:
     """The downstream request's `_meta` minus what the SDK manages per hop.
 
     The progress token and the protocol envelope keys belong to one connection; the
@@ -69,7 +72,7 @@ def _forwarded_meta(meta: types.RequestParamsMeta | None) -> dict[str, Any] | No
         if k not in ("progressToken", "progress_token")
         and (not k.startswith(_RESERVED_META_PREFIX) or k == types.LOG_LEVEL_META_KEY)
     }
-    return forwarded or None
+    return cast(types.RequestParamsMeta, forwarded) if forwarded else None
 
 
 def _connection_of(ctx: ServerRequestContext[Any, Any]) -> Any:
@@ -87,7 +90,9 @@ def _decode_cursor(cursor: str | None) -> int:
     try:
         offset = json.loads(base64.urlsafe_b64decode(cursor.encode()))["o"]
     except (ValueError, KeyError, TypeError):
-        raise MCPError(types.INVALID_PARAMS, f"Invalid cursor {cursor!r}: pass back a nextCursor value unchanged.") from None
+        raise MCPError(
+            types.INVALID_PARAMS, f"Invalid cursor {cursor!r}: pass back a nextCursor value unchanged."
+        ) from None
     if not isinstance(offset, int) or offset < 0:
         raise MCPError(types.INVALID_PARAMS, f"Invalid cursor {cursor!r}.")
     return offset
@@ -109,7 +114,8 @@ class _GatewayLowLevelServer(Server[Any]):
         extensions: dict[str, dict[str, Any]] | None = None,
     ) -> InitializationOptions:
         return super().create_initialization_options(
-            notification_options or NotificationOptions(prompts_changed=True, resources_changed=True, tools_changed=True),
+            notification_options
+            or NotificationOptions(prompts_changed=True, resources_changed=True, tools_changed=True),
             experimental_capabilities,
             extensions,
         )
@@ -166,7 +172,11 @@ class GatewayServer:
         return await call_next(ctx)
 
     async def _on_catalog_change(self, kinds: set[ChangeKind]) -> None:
-        events = {"tools": ToolsListChanged(), "prompts": PromptsListChanged(), "resources": ResourcesListChanged()}
+        events: dict[str, ServerEvent] = {
+            "tools": ToolsListChanged(),
+            "prompts": PromptsListChanged(),
+            "resources": ResourcesListChanged(),
+        }
         for kind in sorted(kinds):
             await self.bus.publish(events[kind])
             for connection in list(self._connections):
@@ -191,7 +201,9 @@ class GatewayServer:
             minimum = connection.state.get("log_level", "debug")
             if _LEVELS.index(params.level) >= _LEVELS.index(minimum):
                 await self._notify(
-                    connection, "notifications/message", {"level": params.level, "data": params.data, "logger": logger_name}
+                    connection,
+                    "notifications/message",
+                    {"level": params.level, "data": params.data, "logger": logger_name},
                 )
 
     async def _notify(self, connection: Any, method: str, params: dict[str, Any] | None) -> None:
@@ -232,7 +244,9 @@ class GatewayServer:
     async def _list_prompts(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListPromptsResult:
-        prompts, cursor = _page([e.item for e in self.registry.catalog.prompts.values()], params, self.settings.page_size)
+        prompts, cursor = _page(
+            [e.item for e in self.registry.catalog.prompts.values()], params, self.settings.page_size
+        )
         return types.ListPromptsResult(prompts=prompts, next_cursor=cursor)
 
     async def _get_prompt(
@@ -270,7 +284,7 @@ class GatewayServer:
     def _resource(self, uri: str) -> tuple[Upstream, str]:
         found = self.registry.resource(uri)
         if found is None:
-            raise MCPError(types.RESOURCE_NOT_FOUND, f"Unknown resource {uri!r}.", {"uri": uri})
+            raise MCPError(RESOURCE_NOT_FOUND, f"Unknown resource {uri!r}.", {"uri": uri})
         return found
 
     async def _read_resource(
@@ -287,7 +301,9 @@ class GatewayServer:
 
         return await self._as_protocol_error(self._interactive(ctx, params, upstream, send))
 
-    async def _subscribe(self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams) -> types.EmptyResult:
+    async def _subscribe(
+        self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams
+    ) -> types.EmptyResult:
         upstream, original = self._resource(params.uri)
         await self._as_protocol_error(upstream.subscribe(original))
         connection = _connection_of(ctx)
@@ -320,14 +336,18 @@ class GatewayServer:
 
     # ---- completion and logging ---------------------------------------------------
 
-    async def _complete(self, ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams) -> types.CompleteResult:
+    async def _complete(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams
+    ) -> types.CompleteResult:
         ref = params.ref
         if isinstance(ref, types.PromptReference):
             found = self.registry.prompt(ref.name)
             if found is None:
                 raise MCPError(types.INVALID_PARAMS, f"Unknown prompt {ref.name!r}.")
             upstream, original = found
-            upstream_ref: types.PromptReference | types.ResourceTemplateReference = ref.model_copy(update={"name": original})
+            upstream_ref: types.PromptReference | types.ResourceTemplateReference = ref.model_copy(
+                update={"name": original}
+            )
         else:
             found = self.registry.template(ref.uri)
             if found is None:
@@ -464,7 +484,12 @@ async def serve_http(gateway: GatewayServer, settings: Settings, *, ready: Calla
     """Serve streamable HTTP until cancelled or interrupted."""
     app = build_http_app(gateway, settings)
     config = uvicorn.Config(
-        app, host=settings.http.host, port=settings.http.port, log_level="warning", lifespan="on", timeout_graceful_shutdown=5
+        app,
+        host=settings.http.host,
+        port=settings.http.port,
+        log_level="warning",
+        lifespan="on",
+        timeout_graceful_shutdown=5,
     )
     server = uvicorn.Server(config)
     async with anyio.create_task_group() as tg:

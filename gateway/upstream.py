@@ -370,9 +370,7 @@ class Upstream:
     def _connected_client(self) -> Client:
         if self._client is None or self.state != "ready":
             reason = f": {self.reason}" if self.reason else ""
-            raise UpstreamUnavailable(
-                f"Server {self.id!r} is not available ({self.state}{reason}).", server=self.id
-            )
+            raise UpstreamUnavailable(f"Server {self.id!r} is not available ({self.state}{reason}).", server=self.id)
         return self._client
 
     async def request(self, operation: str, send: Callable[[Client], Awaitable[Any]]) -> Any:

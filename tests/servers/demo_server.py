@@ -14,6 +14,7 @@ from typing import Annotated
 import anyio
 import mcp_types as types
 from mcp.server.mcpserver import Context, MCPServer, Resolve, Sample
+from mcp.server.mcpserver.exceptions import ToolError
 
 
 def _ask(question: str) -> Sample:
@@ -38,7 +39,7 @@ def create_server(name: str = "demo") -> MCPServer:
     @mcp.tool()
     def fail(message: str) -> str:
         """Always fails with the given message (an error the upstream returns itself)."""
-        raise ValueError(message)
+        raise ToolError(message)
 
     @mcp.tool()
     async def count_slowly(steps: int, ctx: Context) -> str:

@@ -1,0 +1,155 @@
+"""Shared fixtures: real upstream servers (in memory, stdio child, HTTP on 127.0.0.1) and gateways."""
+
+from __future__ import annotations
+
+import os
+import selectors
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import IO
+
+import pytest
+from mcp import Client, StdioServerParameters
+
+REPO = Path(__file__).resolve().parent.parent
+DEMO_SERVER = REPO / "tests" / "servers" / "demo_server.py"
+FIXTURE_PLUGINS = REPO / "tests" / "fixtures" / "plugins"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _read_line_with_prefix(stream: IO[str], prefix: str, timeout: float, process: subprocess.Popen[str]) -> str:
+    """Read a child's pipe until a line starts with `prefix` (bounded), then keep draining it.
+
+    Draining in a thread keeps a chatty child from blocking on a full pipe.
+    """
+    selector = selectors.DefaultSelector()
+    selector.register(stream, selectors.EVENT_READ)
+    seen: list[str] = []
+    end = time.monotonic() + timeout
+    try:
+        while time.monotonic() < end:
+            if not selector.select(timeout=max(0.0, end - time.monotonic())):
+                continue
+            line = stream.readline()
+            if not line:
+                break
+            seen.append(line)
+            if line.startswith(prefix):
+                threading.Thread(target=lambda: [None for _ in stream], daemon=True).start()
+                return line[len(prefix) :].strip()
+    finally:
+        selector.close()
+    process.kill()
+    raise RuntimeError(f"child did not print {prefix!r} within {timeout}s; it printed: {''.join(seen)[-2000:]}")
+
+
+def start_demo_http(name: str = "web") -> tuple[subprocess.Popen[str], str]:
+    """Start the demo server over streamable HTTP on a free port; return it and its URL."""
+    process = subprocess.Popen(
+        [sys.executable, str(DEMO_SERVER), "http", "--name", name],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=REPO,
+    )
+    port = _read_line_with_prefix(process.stdout, "PORT=", 20, process)
+    return process, f"http://127.0.0.1:{port}/mcp"
+
+
+def stop_process(process: subprocess.Popen[str]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+    for pipe in (process.stdout, process.stderr):
+        if pipe is not None:
+            pipe.close()
+
+
+@pytest.fixture
+def demo_http_url() -> Iterator[str]:
+    process, url = start_demo_http()
+    try:
+        yield url
+    finally:
+        stop_process(process)
+
+
+def write_config(path: Path, body: str) -> Path:
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def gateway_env(tmp_path: Path, *, plugins_dir: Path = FIXTURE_PLUGINS) -> dict[str, str]:
+    """Environment for a gateway child: its own data dir and the test plugin directory."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    env.update(
+        {
+            "GATEWAY_DATA_DIR": str(tmp_path / "data"),
+            "GATEWAY_PLUGINS__DIRECTORY": str(plugins_dir),
+            "GATEWAY_LOG_LEVEL": "WARNING",
+            "PYTHONPATH": str(REPO),
+        }
+    )
+    return env
+
+
+def three_upstream_config(tmp_path: Path, http_url: str) -> Path:
+    """A config with a stdio child and an HTTP server; the in-memory one comes from the fixture plugin."""
+    return write_config(
+        tmp_path / "gateway.yaml",
+        f"""
+        mcps:
+          child:
+            description: the demo server as a stdio child process
+            command: {sys.executable}
+            args: ["{DEMO_SERVER}", stdio, --name, child]
+          web:
+            description: the demo server over streamable HTTP
+            url: {http_url}
+        """,
+    )
+
+
+@asynccontextmanager
+async def gateway_over_stdio(config: Path, tmp_path: Path, **client_kwargs: object) -> AsyncIterator[Client]:
+    """The SDK's client connected to `python -m gateway serve` over stdio."""
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "gateway", "--config", str(config), "serve", "--transport", "stdio"],
+        env=gateway_env(tmp_path),
+        cwd=str(REPO),
+    )
+    async with Client(params, **client_kwargs) as client:  # type: ignore[arg-type]
+        yield client
+
+
+@asynccontextmanager
+async def gateway_over_http(config: Path, tmp_path: Path, **client_kwargs: object) -> AsyncIterator[Client]:
+    """The SDK's client connected to `python -m gateway serve --transport http` on a free port."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "--config", str(config), "serve", "--transport", "http", "--port", "0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=gateway_env(tmp_path),
+        cwd=REPO,
+    )
+    try:
+        url = _read_line_with_prefix(process.stderr, "mcp-gateway: serving on ", 60, process)
+        async with Client(url, **client_kwargs) as client:  # type: ignore[arg-type]
+            yield client
+    finally:
+        stop_process(process)

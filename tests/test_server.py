@@ -1,0 +1,199 @@
+"""End to end: the SDK's real client -> the gateway (stdio or HTTP) -> three real upstreams.
+
+Upstreams: `mem` (an in-memory plugin server, from the fixture plugin directory),
+`child` (a stdio child process) and `web` (streamable HTTP on 127.0.0.1). Every test
+runs against both downstream transports and both protocol eras of the client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp import Client, MCPError
+
+from tests.conftest import gateway_over_http, gateway_over_stdio, three_upstream_config, write_config
+
+pytestmark = pytest.mark.anyio
+
+Connect = Callable[..., AbstractAsyncContextManager[Client]]
+
+
+@pytest.fixture(params=["stdio", "http"])
+def transport(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture(params=["auto", "legacy"])
+def mode(request: pytest.FixtureRequest) -> str:
+    """`auto` negotiates 2026-07-28 with the gateway; `legacy` uses the initialize handshake."""
+    return request.param
+
+
+@pytest.fixture
+def connect(transport: str, mode: str, tmp_path: Path, demo_http_url: str) -> Connect:
+    config = three_upstream_config(tmp_path, demo_http_url)
+    opener = gateway_over_stdio if transport == "stdio" else gateway_over_http
+
+    def open_client(**kwargs: Any) -> AbstractAsyncContextManager[Client]:
+        return opener(config, tmp_path, mode=mode, **kwargs)
+
+    return open_client
+
+
+async def _sampling(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+    question = params.messages[0].content
+    text = question.text if isinstance(question, types.TextContent) else "?"
+    return types.CreateMessageResult(
+        role="assistant", content=types.TextContent(type="text", text=f"an answer to {text!r}"), model="test-model"
+    )
+
+
+async def test_tools_resources_and_prompts_of_all_three_upstreams_are_listed_under_namespaced_names(
+    connect: Connect,
+) -> None:
+    with anyio.fail_after(60):
+        async with connect() as client:
+            tools = {t.name for t in (await client.list_tools()).tools}
+            for server in ("mem", "child", "web"):
+                assert {f"{server}__echo", f"{server}__add", f"{server}__ask_llm"} <= tools
+            resources = {r.uri for r in (await client.list_resources()).resources}
+            assert {"mem+demo://readme", "child+demo://readme", "web+demo://readme"} <= resources
+            templates = {t.uri_template for t in (await client.list_resource_templates()).resource_templates}
+            assert "child+demo://items/{item_id}" in templates
+            prompts = {p.name for p in (await client.list_prompts()).prompts}
+            assert {"mem__greet", "child__greet", "web__greet"} <= prompts
+
+
+async def test_namespaced_tools_resources_and_prompts_are_callable_on_every_upstream(connect: Connect) -> None:
+    with anyio.fail_after(60):
+        async with connect() as client:
+            for server in ("mem", "child", "web"):
+                result = await client.call_tool(f"{server}__add", {"a": 2, "b": 40})
+                assert not result.is_error
+                assert result.structured_content == {"result": 42}
+                readme = await client.read_resource(f"{server}+demo://readme")
+                assert readme.contents[0].uri == f"{server}+demo://readme"
+                assert isinstance(readme.contents[0], types.TextResourceContents)
+                assert readme.contents[0].text == f"{server} readme"
+                item = await client.read_resource(f"{server}+demo://items/7")
+                assert isinstance(item.contents[0], types.TextResourceContents)
+                assert item.contents[0].text == "item 7"
+                prompt = await client.get_prompt(f"{server}__greet", {"who": "Ada"})
+                assert isinstance(prompt.messages[0].content, types.TextContent)
+                assert prompt.messages[0].content.text == "Hello, Ada!"
+
+
+async def test_an_error_the_upstream_returns_passes_through_unchanged(connect: Connect) -> None:
+    with anyio.fail_after(60):
+        async with connect() as client:
+            result = await client.call_tool("child__fail", {"message": "boom at the upstream"})
+            assert result.is_error
+            assert "boom at the upstream" in result.content[0].text  # type: ignore[union-attr]
+            assert "mcp-gateway/error" not in (result.meta or {})
+
+
+async def test_an_unknown_tool_gets_a_tool_not_found_result_with_close_names(connect: Connect) -> None:
+    with anyio.fail_after(60):
+        async with connect() as client:
+            result = await client.call_tool("child__ech", {"text": "x"})
+            assert result.is_error
+            assert (result.meta or {})["mcp-gateway/error"]["code"] == "tool_not_found"
+            assert "child__echo" in result.content[0].text  # type: ignore[union-attr]
+
+
+async def test_progress_notifications_from_an_upstream_reach_the_client(connect: Connect) -> None:
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    with anyio.fail_after(60):
+        async with connect() as client:
+            for server in ("mem", "child", "web"):
+                seen.clear()
+                result = await client.call_tool(f"{server}__count_slowly", {"steps": 3}, progress_callback=on_progress)
+                assert result.content[0].text == "counted to 3"  # type: ignore[union-attr]
+                assert seen == [(1, 3, "step 1"), (2, 3, "step 2"), (3, 3, "step 3")]
+
+
+async def test_a_sampling_request_from_an_upstream_is_relayed_to_the_client(connect: Connect) -> None:
+    with anyio.fail_after(60):
+        async with connect(sampling_callback=_sampling) as client:
+            for server in ("mem", "child", "web"):
+                result = await client.call_tool(f"{server}__ask_llm", {"question": "what is 6*7?"})
+                assert not result.is_error, result
+                assert result.content[0].text == "LLM said: an answer to 'what is 6*7?'"  # type: ignore[union-attr]
+
+
+async def test_a_client_without_sampling_gets_a_clear_refusal_instead_of_a_hang(connect: Connect) -> None:
+    with anyio.fail_after(60):
+        async with connect() as client:
+            # The upstream turns the refusal into its own JSON-RPC error, which passes through.
+            with pytest.raises(MCPError, match="does not support sampling"):
+                await client.call_tool("child__ask_llm", {"question": "anyone?"})
+
+
+async def test_a_list_changed_from_an_upstream_reaches_the_client(connect: Connect, mode: str) -> None:
+    changed = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            changed.set()
+
+    with anyio.fail_after(60):
+        async with connect(message_handler=on_message) as client:
+            assert "child__grown" not in {t.name for t in (await client.list_tools()).tools}
+            if mode == "legacy":
+                await client.call_tool("child__grow", {})
+                await changed.wait()
+            else:
+                async with client.listen(tools_list_changed=True) as subscription:
+                    await client.call_tool("child__grow", {})
+                    async for event in subscription:
+                        assert type(event).__name__ == "ToolsListChanged"
+                        break
+            tools = {t.name for t in (await client.list_tools(cache_mode="refresh")).tools}
+            assert "child__grown" in tools
+            result = await client.call_tool("child__grown", {})
+            assert result.content[0].text == "grown"  # type: ignore[union-attr]
+
+
+async def test_an_upstream_that_fails_to_start_leaves_the_others_serving(
+    transport: str, mode: str, tmp_path: Path, demo_http_url: str
+) -> None:
+    config = write_config(
+        tmp_path / "gateway.yaml",
+        f"""
+        mcps:
+          web:
+            url: {demo_http_url}
+          missing:
+            command: /nonexistent/mcp-server
+          refused:
+            url: http://127.0.0.1:9/mcp
+        """,
+    )
+    opener = gateway_over_stdio if transport == "stdio" else gateway_over_http
+    with anyio.fail_after(60):
+        async with opener(config, tmp_path, mode=mode) as client:
+            tools = {t.name for t in (await client.list_tools()).tools}
+            assert "web__echo" in tools and "mem__echo" in tools
+            assert not any(t.startswith(("missing__", "refused__")) for t in tools)
+            result = await client.call_tool("web__echo", {"text": "still here"})
+            assert result.content[0].text == "still here"  # type: ignore[union-attr]
+
+
+async def _stream_pages(client: Client) -> AsyncIterator[list[str]]:
+    cursor: str | None = None
+    while True:
+        page = await client.list_tools(cursor=cursor, cache_mode="bypass")
+        yield [t.name for t in page.tools]
+        cursor = page.next_cursor
+        if cursor is None:
+            return
