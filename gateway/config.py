@@ -1,0 +1,509 @@
+"""Load the YAML file that declares the external MCP servers behind the gateway.
+
+People edit this file by hand, so every problem is reported as one `ConfigError`
+naming the file, the line and the key path (`external-mcps.yaml:12: mcps.github.url: ...`)
+instead of a traceback. Lines come from the composed YAML node tree, which is also
+where duplicate keys are caught (PyYAML would silently keep the last one).
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import math
+import os
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+__all__ = [
+    "DEFAULT_CONFIG_NAME",
+    "TOP_LEVEL_KEYS",
+    "ConfigError",
+    "GatewayConfig",
+    "ServerConfig",
+    "ToolFilter",
+    "load_config",
+    "parse_config",
+]
+
+DEFAULT_CONFIG_NAME = "external-mcps.yaml"
+
+TOP_LEVEL_KEYS = ("mcps", "mcpServers", "plugins")
+"""Every key allowed at the top of the file. Later sections (e.g. `routing`) add theirs here."""
+
+SERVER_KEYS = (
+    "name", "description", "command", "args", "env", "cwd", "url", "headers", "transport",
+    "credentials", "capabilities", "enabled", "timeout", "tools", "prefix",
+)  # fmt: skip
+CLAUDE_KEYS = (*SERVER_KEYS, "type", "disabled")  # `mcpServers:` also takes Claude Desktop / Cursor keys
+TOOL_FILTER_KEYS = ("allow", "deny")
+RENAMED_KEYS = {"type": "transport", "disabled": "enabled"}  # Claude key -> ServerConfig field
+STDIO_ONLY_KEYS = ("args", "env", "cwd")
+TRANSPORTS = {
+    "stdio": "stdio",
+    "http": "http",
+    "streamable-http": "http",
+    "streamable_http": "http",
+    "sse": "sse",
+}
+SERVER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+PREFIX_RE = re.compile(r"^[A-Za-z0-9_-]*$")
+PREFIX_MAX = 32
+# `$${` is a literal `${`; `${NAME}` / `${NAME:-default}` are references; any other `${` is a mistake.
+_INTERPOLATION_RE = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$\{")
+MASK = "***"
+
+KeyPath = tuple[str | int, ...]
+
+
+class ConfigError(Exception):
+    """One clear message naming the file, line and key path."""
+
+    def __init__(self, path: Path, message: str, line: int | None = None, key: str | None = None) -> None:
+        super().__init__(path, message, line, key)  # all args, so the error pickles
+        self.path = path
+        self.message = message
+        self.line = line
+        self.key = key
+
+    def __str__(self) -> str:
+        where = str(self.path) + (f":{self.line}" if self.line is not None else "")
+        return f"{where}: {self.key}: {self.message}" if self.key else f"{where}: {self.message}"
+
+
+class ToolFilter(BaseModel):
+    """Which of an upstream's tools the gateway exposes, by fnmatch globs on its own tool names."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    allow: list[str] = Field(default_factory=list, description="If non-empty, only matching tools.")
+    deny: list[str] = Field(default_factory=list, description="Matching tools are always hidden.")
+
+    def permits(self, tool_name: str) -> bool:
+        """Allowed if (no allow or matches an allow) and matches no deny; case-sensitive on every OS."""
+        if self.allow and not any(fnmatch.fnmatchcase(tool_name, p) for p in self.allow):
+            return False
+        return not any(fnmatch.fnmatchcase(tool_name, p) for p in self.deny)
+
+
+class ServerConfig(BaseModel):
+    """One upstream MCP server. Its repr never shows env/header values or interpolated text."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    name: str
+    description: str = ""
+    transport: Literal["stdio", "http", "sse"]
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    secret_env: dict[str, str] = Field(default_factory=dict, repr=False)
+    secret_headers: dict[str, str] = Field(default_factory=dict, repr=False)
+    capabilities: list[str] = Field(default_factory=list)
+    enabled: bool = True
+    timeout: float | None = None
+    tools: ToolFilter = Field(default_factory=ToolFilter)
+    prefix: str
+    # Field name -> display value with `${...}` substitutions masked; set by the loader.
+    _masked: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_name_and_prefix(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "id" in data:
+            data = {"name": data["id"], "prefix": data["id"], **data}
+        return data
+
+    @field_validator("id")
+    @classmethod
+    def _check_id(cls, value: str) -> str:
+        if not SERVER_ID_RE.match(value):
+            raise ValueError("must start with a letter or digit and contain only letters, digits, '_', '.', '-'")
+        return value
+
+    @field_validator("prefix")
+    @classmethod
+    def _check_prefix(cls, value: str) -> str:
+        if not PREFIX_RE.match(value) or len(value) > PREFIX_MAX:
+            raise ValueError(f"must be at most {PREFIX_MAX} letters, digits, '_' or '-' (or empty)")
+        return value
+
+    @field_validator("timeout", mode="before")
+    @classmethod
+    def _check_timeout(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError("must be a positive number of seconds")
+        return value
+
+    @field_validator("timeout")
+    @classmethod
+    def _check_timeout_range(cls, value: float | None) -> float | None:
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise ValueError("must be a positive number of seconds")
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _check_command(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("must not be empty")
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            parts = urlsplit(value)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ValueError("must be an http:// or https:// URL")
+        return value
+
+    @model_validator(mode="after")
+    def _check_transport(self) -> ServerConfig:
+        if self.transport == "stdio" and (self.command is None or self.url is not None):
+            raise ValueError("a stdio server needs `command` and no `url`")
+        if self.transport != "stdio" and (self.url is None or self.command is not None):
+            raise ValueError(f"an {self.transport} server needs `url` and no `command`")
+        return self
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        for name, value in super().__repr_args__():
+            if name in ("env", "headers"):
+                value = {key: MASK for key in value}  # values are often tokens, even when literal
+            elif name in self._masked:
+                value = self._masked[name]
+            yield name, value
+
+
+class GatewayConfig(BaseModel):
+    """The whole file: upstream servers in file order (disabled ones too) and raw plugin settings."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: Path
+    servers: dict[str, ServerConfig] = Field(default_factory=dict)
+    plugins: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    def enabled_servers(self) -> list[ServerConfig]:
+        """The servers the gateway should start, in file order."""
+        return [server for server in self.servers.values() if server.enabled]
+
+
+def load_config(path: Path, environ: Mapping[str, str] | None = None) -> GatewayConfig:
+    """Read and validate the file at `path`; `environ` (default: os.environ) feeds credentials and ${VAR}."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(
+            path,
+            "file does not exist (create it, or choose another file with --config PATH or GATEWAY_CONFIG)",
+        )
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError:
+        raise ConfigError(path, "file is not valid UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(path, f"cannot read file: {exc.strerror or exc}") from None
+    return parse_config(text, path, environ)
+
+
+def parse_config(text: str, path: Path, environ: Mapping[str, str] | None = None) -> GatewayConfig:
+    """Validate config `text`; `path` is only used in error messages and to detect JSON."""
+    path = Path(path)
+    if path.suffix.lower() == ".json":
+        text = text.replace("\t", " ")  # valid JSON has tabs only as whitespace, which YAML refuses
+    return _Parser(path, os.environ if environ is None else environ).parse(text)
+
+
+class _Parser:
+    """One parse: the file's key-path -> line index, the environment, and the error helpers."""
+
+    def __init__(self, path: Path, environ: Mapping[str, str]) -> None:
+        self.path = path
+        self.environ = environ
+        self.lines: dict[KeyPath, int] = {}
+        self.sections: dict[str, str] = {}  # server id -> "mcps" or "mcpServers"
+
+    def line(self, key_path: KeyPath) -> int | None:
+        """The line of the deepest part of `key_path` found in the file (missing keys: their parent's)."""
+        for end in range(len(key_path), -1, -1):
+            if key_path[:end] in self.lines:
+                return self.lines[key_path[:end]]
+        return None
+
+    def error(self, key_path: KeyPath, message: str) -> ConfigError:
+        return ConfigError(self.path, message, self.line(key_path), _format_key(key_path) or None)
+
+    def parse(self, text: str) -> GatewayConfig:
+        loader: yaml.SafeLoader | None = None
+        try:
+            loader = yaml.SafeLoader(text)
+            node = loader.get_single_node()
+            if node is None:
+                return GatewayConfig(path=self.path)
+            self.lines[()] = node.start_mark.line + 1
+            self._index(node, (), set(), set())
+            data = loader.construct_document(node)
+        except yaml.MarkedYAMLError as exc:
+            raise self._yaml_error(exc) from None
+        except yaml.reader.ReaderError as exc:  # a character YAML does not allow, e.g. NUL
+            at = text.count("\n", 0, exc.position) + 1
+            raise ConfigError(self.path, f"invalid YAML: {str(exc).splitlines()[0]}", at) from None
+        finally:
+            if loader is not None:
+                loader.dispose()
+        if data is None:
+            return GatewayConfig(path=self.path)
+        if not isinstance(data, dict):
+            raise self.error((), "the file must be a mapping with a `mcps:` section")
+        self._check_keys(data, (), TOP_LEVEL_KEYS)
+        servers: dict[str, ServerConfig] = {}
+        for section in (key for key in data if key in ("mcps", "mcpServers")):
+            for sid, raw in self._mapping(data[section], (section,), "server id to settings").items():
+                if sid in servers:
+                    other = self.sections[sid]
+                    line = self.line((other, sid))
+                    raise self.error((section, sid), f"server {sid!r} is also defined under {other} (line {line})")
+                servers[sid] = self._server(section, sid, raw)
+                self.sections[sid] = section
+        self._check_prefixes(servers)
+        plugins = {
+            name: self._mapping(value, ("plugins", name), "setting to value")
+            for name, value in self._mapping(data.get("plugins"), ("plugins",), "plugin name to settings").items()
+        }
+        return GatewayConfig(path=self.path, servers=servers, plugins=plugins)
+
+    def _yaml_error(self, exc: yaml.MarkedYAMLError) -> ConfigError:
+        """PyYAML's problem and context, on the problem's (1-based) line."""
+        mark = exc.problem_mark or exc.context_mark
+        message = f"invalid YAML: {exc.problem or exc.context}"
+        if exc.problem and exc.context:
+            start = exc.context_mark
+            on = f" started on line {start.line + 1}" if start and mark and start.line != mark.line else ""
+            message += f" ({exc.context}{on})"
+        if "'\\t'" in message:
+            message += "; indent with spaces, not tabs"
+        return ConfigError(self.path, message, mark.line + 1 if mark else None)
+
+    def _index(self, node: yaml.Node, key_path: KeyPath, seen: set[int], inside: set[int]) -> None:
+        """Record the line of every key path, make keys text and reject duplicates, before merges."""
+        if id(node) in inside:
+            raise self.error(key_path, "an alias refers to the collection that contains it")
+        if id(node) in seen:  # an alias: already indexed where its anchor is
+            return
+        seen.add(id(node))
+        inside.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            first_line: dict[str, int] = {}
+            for key_node, value_node in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                line = key_node.start_mark.line + 1
+                if isinstance(key_node, yaml.ScalarNode):
+                    key_node.tag = "tag:yaml.org,2002:str"  # keys are names: `on:` or `8080:` stay text
+                    ident = key_node.value
+                    if ident in first_line:
+                        message = f"duplicate key {key_node.value!r} (first defined on line {first_line[ident]})"
+                        raise ConfigError(self.path, message, line, _format_key((*key_path, key_node.value)))
+                    first_line[ident] = line
+                    child = (*key_path, key_node.value)
+                    self.lines.setdefault(child, line)
+                    self._index(value_node, child, seen, inside)
+        elif isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                self.lines.setdefault((*key_path, index), item.start_mark.line + 1)
+                self._index(item, (*key_path, index), seen, inside)
+        inside.discard(id(node))
+
+    def _mapping(self, value: Any, key_path: KeyPath, what: str) -> dict[str, Any]:
+        """`value` as a dict; an empty section (`key:` with nothing after it) counts as `{}`."""
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise self.error(key_path, f"must be a mapping of {what}")
+        return value
+
+    def _check_keys(self, data: dict[str, Any], key_path: KeyPath, known: tuple[str, ...]) -> None:
+        for key in data:
+            if key not in known:
+                close = difflib.get_close_matches(key, known, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else f"; known keys: {', '.join(known)}"
+                raise self.error((*key_path, key), f"unknown key {key!r}{hint}")
+
+    def _server(self, section: str, sid: str, raw: Any) -> ServerConfig:
+        """Turn one `mcps:` / `mcpServers:` entry into a ServerConfig, or fail at the offending key."""
+        base: KeyPath = (section, sid)
+        if not SERVER_ID_RE.match(sid):
+            message = "server id must start with a letter or digit and contain only letters, digits, '_', '.', '-'"
+            raise self.error(base, message)
+        if not isinstance(raw, dict):
+            raise self.error(base, "must be a mapping of settings (e.g. `command:` or `url:`)")
+        self._check_keys(raw, base, CLAUDE_KEYS if section == "mcpServers" else SERVER_KEYS)
+        if isinstance(raw.get("tools"), dict):
+            self._check_keys(raw["tools"], (*base, "tools"), TOOL_FILTER_KEYS)
+        for one, other in (("transport", "type"), ("enabled", "disabled")):
+            if one in raw and other in raw:
+                raise self.error((*base, other), f"give either `{one}` or `{other}`, not both")
+
+        values: dict[str, Any] = {}
+        masked: dict[str, Any] = {}
+        source: dict[str, str] = {}  # ServerConfig field -> the key it came from, for error paths
+        for key, value in raw.items():
+            if key == "credentials":
+                continue
+            value = self._interpolate(value, (*base, key), mask=False)
+            field: str = RENAMED_KEYS.get(key) or key
+            source[field] = key
+            values[field] = value
+            display = self._interpolate(raw[key], (*base, key), mask=True)
+            if display != value:
+                masked[field] = display
+        if "disabled" in raw:
+            disabled = values["enabled"]
+            if not isinstance(disabled, bool):
+                raise self.error((*base, "disabled"), "must be true or false")
+            values["enabled"] = not disabled
+
+        transport = self._transport(values, base, source)
+        if "prefix" not in raw and (not PREFIX_RE.match(sid) or len(sid) > PREFIX_MAX):
+            message = f"the id cannot be the tool prefix (max {PREFIX_MAX} of A-Z a-z 0-9 _ -); set `prefix:`"
+            raise self.error(base, message)
+        values.update(id=sid, transport=transport)
+        for key in ("args", "env", "headers"):  # YAML users write `args: [--port, 8080]`
+            if key in values:
+                values[key] = _numbers_to_str(values[key])
+        for key in STDIO_ONLY_KEYS if transport != "stdio" else ("headers",):
+            if key in raw:
+                kind = "stdio servers (with `command`)" if key != "headers" else "http/sse servers (with `url`)"
+                raise self.error((*base, key), f"`{key}` only applies to {kind}")
+        secrets = self._credentials(raw.get("credentials"), (*base, "credentials"))
+        plain = "env" if transport == "stdio" else "headers"
+        values["secret_" + plain] = secrets
+        try:
+            server = ServerConfig.model_validate(values)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = [part for part in err["loc"] if part != "[key]"]
+            if loc:
+                loc[0] = source.get(str(loc[0]), loc[0])
+            message = err["msg"].removeprefix("Value error, ")
+            raise self.error((*base, *loc), message[:1].lower() + message[1:]) from None
+        fold = str if plain == "env" else str.lower  # header names are case-insensitive
+        for name in secrets:
+            if fold(name) in {fold(key) for key in getattr(server, plain)}:
+                message = f"{name} is also set in `{plain}`; set it in one place"
+                raise self.error((*base, "credentials", f"{name}_env"), message)
+        server._masked = masked
+        return server
+
+    def _transport(self, values: dict[str, Any], base: KeyPath, source: dict[str, str]) -> str:
+        """stdio for `command`, http (or an explicit sse) for `url`; an explicit transport must agree."""
+        has_command, has_url = "command" in values, "url" in values
+        if has_command and has_url:
+            raise self.error(base, "has both `command` and `url`; give one: `command` (stdio) or `url` (http/sse)")
+        if not has_command and not has_url:
+            raise self.error(base, "needs `command` (stdio) or `url` (http/sse)")
+        implied = "stdio" if has_command else "http"
+        given = values.get("transport")
+        if given is None:
+            return implied
+        key = (*base, source["transport"])
+        if not isinstance(given, str) or given.lower() not in TRANSPORTS:
+            raise self.error(key, "must be one of stdio, http (streamable-http), sse")
+        transport = TRANSPORTS[given.lower()]
+        if (transport == "stdio") != has_command:
+            needs = "`command`" if transport == "stdio" else "`url`"
+            has = "`command`" if has_command else "`url`"
+            raise self.error(key, f"transport {transport} needs {needs}, but this server has {has}")
+        return transport
+
+    def _credentials(self, raw: Any, key_path: KeyPath) -> dict[str, str]:
+        """`NAME_env: VAR` -> {NAME: $VAR}: env vars for stdio servers, headers for http/sse ones."""
+        secrets: dict[str, str] = {}
+        for key, var in self._mapping(raw, key_path, "`NAME_env: ENV_VAR` entries").items():
+            at = (*key_path, key)
+            if not key.endswith("_env") or key == "_env":
+                raise self.error(at, "credential keys must be NAME_env (NAME is the env var or header to set)")
+            if not isinstance(var, str) or not var:
+                raise self.error(at, "must name an environment variable")
+            if var not in self.environ:
+                raise self.error(at, f"environment variable {var} is not set")
+            secrets[key.removesuffix("_env")] = self.environ[var]
+        return secrets
+
+    def _interpolate(self, value: Any, key_path: KeyPath, mask: bool) -> Any:
+        """Expand `${VAR}` / `${VAR:-default}` in string values (never keys); `mask` shows `***` instead."""
+        if isinstance(value, list):
+            return [self._interpolate(item, (*key_path, i), mask) for i, item in enumerate(value)]
+        if isinstance(value, dict):
+            return {k: self._interpolate(v, (*key_path, k), mask) for k, v in value.items()}
+        if not isinstance(value, str):
+            return value
+
+        def replace(match: re.Match[str]) -> str:
+            text, name, default = match.group(0), match.group(1), match.group(2)
+            if text == "$${":
+                return "${"
+            if name is None:
+                message = "invalid ${...} (use ${NAME} or ${NAME:-default}; write $${ for a literal ${)"
+                raise self.error(key_path, message)
+            found = self.environ.get(name)
+            if not found and default is not None:
+                found = default
+            if found is None:
+                message = f"environment variable {name} is not set (use ${{{name}:-default}} for a default)"
+                raise self.error(key_path, message)
+            return MASK if mask else found
+
+        return _INTERPOLATION_RE.sub(replace, value)
+
+    def _check_prefixes(self, servers: dict[str, ServerConfig]) -> None:
+        owner: dict[str, ServerConfig] = {}
+        for server in servers.values():
+            if server.prefix and server.prefix in owner:
+                first = owner[server.prefix]
+                first_line = self.line((self.sections[first.id], first.id))
+                message = (
+                    f"prefix {server.prefix!r} is already used by server {first.id!r} (line {first_line}); "
+                    "tool names would clash"
+                )
+                raise self.error((self.sections[server.id], server.id, "prefix"), message)
+            owner[server.prefix] = server
+
+
+def _numbers_to_str(value: Any) -> Any:
+    """Numbers in a list or mapping of strings become strings (booleans stay and fail validation)."""
+
+    def convert(item: Any) -> Any:
+        return str(item) if isinstance(item, int | float) and not isinstance(item, bool) else item
+
+    if isinstance(value, list):
+        return [convert(item) for item in value]
+    if isinstance(value, dict):
+        return {key: convert(item) for key, item in value.items()}
+    return value
+
+
+def _format_key(key_path: KeyPath) -> str:
+    """('mcps', 'github', 'args', 1) -> 'mcps.github.args[1]'."""
+    text = ""
+    for part in key_path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
