@@ -27,6 +27,15 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+def _drain(stream: IO[str]) -> None:
+    """Read a pipe to its end; the test closes it when it stops the child."""
+    try:
+        for _ in stream:
+            pass
+    except (ValueError, OSError):
+        pass
+
+
 def _read_line_with_prefix(stream: IO[str], prefix: str, timeout: float, process: subprocess.Popen[str]) -> str:
     """Read a child's pipe until a line starts with `prefix` (bounded), then keep draining it.
 
@@ -45,7 +54,7 @@ def _read_line_with_prefix(stream: IO[str], prefix: str, timeout: float, process
                 break
             seen.append(line)
             if line.startswith(prefix):
-                threading.Thread(target=lambda: [None for _ in stream], daemon=True).start()
+                threading.Thread(target=_drain, args=(stream,), daemon=True).start()
                 return line[len(prefix) :].strip()
     finally:
         selector.close()

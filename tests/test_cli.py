@@ -1,0 +1,158 @@
+"""The `mcp-gateway` command, run as a real child process on real configs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import DEMO_SERVER, REPO, gateway_env, write_config
+
+BUILTIN_PLUGINS = REPO / "plugins"
+BROKEN_PLUGINS = REPO / "tests" / "fixtures" / "broken_plugins"
+
+
+def run_cli(
+    *args: str, tmp_path: Path, plugins: Path = BUILTIN_PLUGINS, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    environment = gateway_env(tmp_path, plugins_dir=plugins)
+    environment.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", *args],
+        capture_output=True,
+        text=True,
+        env=environment,
+        cwd=REPO,
+        timeout=120,
+    )
+
+
+def test_check_on_the_example_config_reports_every_server_ok(tmp_path: Path) -> None:
+    result = run_cli("--config", str(REPO / "external-mcps.yaml"), "check", tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["SERVER", "TRANSPORT", "STATUS", "TOOLS", "LATENCY"]
+    rows = {line.split()[0]: line.split() for line in lines[1:]}
+    assert {"clock", "notes"} <= set(rows)
+    assert all(row[2] == "ok" for row in rows.values()), result.stdout
+
+
+def test_check_exits_1_and_names_the_server_and_reason_when_one_fails(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path / "gw.yaml",
+        f"""
+        mcps:
+          child:
+            command: {sys.executable}
+            args: ["{DEMO_SERVER}", stdio]
+          ghost:
+            command: /nonexistent/ghost-server
+        """,
+    )
+    result = run_cli("--config", str(config), "check", "--json", tmp_path=tmp_path)
+    assert result.returncode == 1
+    report = json.loads(result.stdout)
+    status = {s["server"]: s for s in report["servers"]}
+    assert status["child"]["status"] == "ok" and status["child"]["tools"] >= 5
+    assert status["ghost"]["status"] == "failed"
+    assert "No such file" in status["ghost"]["reason"]
+    assert report["ok"] is False
+
+
+def test_tools_lists_one_servers_namespaced_tools(tmp_path: Path) -> None:
+    result = run_cli("--config", str(REPO / "external-mcps.yaml"), "tools", "--server", "clock", tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    names = [line.split()[0] for line in result.stdout.splitlines()[1:]]
+    assert names == sorted(names) and "clock__now" in names and "clock__convert_time" in names
+    assert not any(n.startswith("notes__") for n in names)
+
+
+def test_tools_json_gives_full_tool_definitions(tmp_path: Path) -> None:
+    result = run_cli("--config", str(REPO / "external-mcps.yaml"), "tools", "--json", tmp_path=tmp_path)
+    tools = {t["name"]: t for t in json.loads(result.stdout)}
+    assert tools["notes__add_note"]["inputSchema"]["required"] == ["title", "text"]
+
+
+def test_call_runs_one_tool_and_prints_its_result(tmp_path: Path) -> None:
+    result = run_cli(
+        "--config",
+        str(REPO / "external-mcps.yaml"),
+        "call",
+        "clock__convert_time",
+        "--args",
+        '{"time": "2025-01-15T12:00:00", "from_timezone": "UTC", "to_timezone": "Asia/Tokyo"}',
+        "--json",
+        tmp_path=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    assert payload["isError"] is False
+    assert "21:00" in json.dumps(payload["structuredContent"])
+
+
+def test_call_of_an_unknown_tool_exits_1_with_close_names(tmp_path: Path) -> None:
+    result = run_cli("--config", str(REPO / "external-mcps.yaml"), "call", "clock__nw", tmp_path=tmp_path)
+    assert result.returncode == 1
+    assert "clock__now" in result.stdout
+
+
+def test_call_with_arguments_that_are_not_json_exits_2(tmp_path: Path) -> None:
+    result = run_cli("--config", str(REPO / "external-mcps.yaml"), "call", "clock__now", "--args", "{oops", tmp_path=tmp_path)
+    assert result.returncode == 2
+    assert "--args is not valid JSON" in result.stderr
+
+
+def test_plugins_reports_a_broken_plugin_with_its_traceback_and_goes_on(tmp_path: Path) -> None:
+    result = run_cli("plugins", tmp_path=tmp_path, plugins=BROKEN_PLUGINS)
+    assert result.returncode == 0
+    assert "broken" in result.stdout and "failed" in result.stdout
+    assert "Traceback" in result.stdout and "broken on purpose" in result.stdout
+
+
+def test_a_broken_plugin_does_not_stop_the_gateway(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "gw.yaml", "mcps: {}\n")
+    result = run_cli("--config", str(config), "check", tmp_path=tmp_path, plugins=BROKEN_PLUGINS)
+    assert result.returncode == 0
+    assert "broken on purpose" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("mcps:\n  a:\n    command: x\n   bad: indent\n", "gw.yaml:4"),
+        ("mcps:\n  a:\n    command: x\n    timeout: -3\n", "gw.yaml:4: mcps.a.timeout"),
+        ("mcps:\n  a:\n    comand: x\n", "did you mean 'command'"),
+        ("mcps:\n  a:\n    url: http://h/mcp\n    headers: {X: '${NOPE_NOT_SET}'}\n", "NOPE_NOT_SET is not set"),
+        ("mcps:\n  a: {}\n", "gw.yaml:2: mcps.a"),
+        ("servers: {}\n", "did you mean"),
+    ],
+    ids=["syntax", "bad-timeout", "typo", "missing-env", "no-transport", "unknown-top-level"],
+)
+def test_every_bad_config_gives_one_clear_line_and_exit_code_2(tmp_path: Path, body: str, expected: str) -> None:
+    config = tmp_path / "gw.yaml"
+    config.write_text(body)
+    result = run_cli("--config", str(config), "check", tmp_path=tmp_path)
+    assert result.returncode == 2
+    assert expected in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("mcp-gateway: config error: ")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_missing_config_file_says_how_to_choose_one(tmp_path: Path) -> None:
+    result = run_cli("--config", str(tmp_path / "nope.yaml"), "check", tmp_path=tmp_path)
+    assert result.returncode == 2
+    assert "nope.yaml" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_claude_desktop_config_file_is_accepted_as_it_is(tmp_path: Path) -> None:
+    config = tmp_path / "claude_desktop_config.json"
+    config.write_text(
+        json.dumps({"mcpServers": {"demo": {"command": sys.executable, "args": [str(DEMO_SERVER), "stdio"]}}}, indent=2)
+    )
+    result = run_cli("--config", str(config), "tools", "--server", "demo", tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "demo__echo" in result.stdout
