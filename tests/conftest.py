@@ -62,17 +62,17 @@ def _read_line_with_prefix(stream: IO[str], prefix: str, timeout: float, process
     raise RuntimeError(f"child did not print {prefix!r} within {timeout}s; it printed: {''.join(seen)[-2000:]}")
 
 
-def start_demo_http(name: str = "web") -> tuple[subprocess.Popen[str], str]:
-    """Start the demo server over streamable HTTP on a free port; return it and its URL."""
+def start_demo_http(name: str = "web", transport: str = "http") -> tuple[subprocess.Popen[str], str]:
+    """Start the demo server over streamable HTTP (or SSE) on a free port; return it and its URL."""
     process = subprocess.Popen(
-        [sys.executable, str(DEMO_SERVER), "http", "--name", name],
+        [sys.executable, str(DEMO_SERVER), transport, "--name", name],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
         cwd=REPO,
     )
     port = _read_line_with_prefix(process.stdout, "PORT=", 20, process)
-    return process, f"http://127.0.0.1:{port}/mcp"
+    return process, f"http://127.0.0.1:{port}/{'mcp' if transport == 'http' else 'sse'}"
 
 
 def stop_process(process: subprocess.Popen[str]) -> None:
@@ -133,12 +133,14 @@ def three_upstream_config(tmp_path: Path, http_url: str) -> Path:
 
 
 @asynccontextmanager
-async def gateway_over_stdio(config: Path, tmp_path: Path, **client_kwargs: object) -> AsyncIterator[Client]:
+async def gateway_over_stdio(
+    config: Path, tmp_path: Path, env: dict[str, str] | None = None, **client_kwargs: object
+) -> AsyncIterator[Client]:
     """The SDK's client connected to `python -m gateway serve` over stdio."""
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "gateway", "--config", str(config), "serve", "--transport", "stdio"],
-        env=gateway_env(tmp_path),
+        env=gateway_env(tmp_path) | (env or {}),
         cwd=str(REPO),
     )
     async with Client(params, **client_kwargs) as client:  # type: ignore[arg-type]
@@ -146,14 +148,16 @@ async def gateway_over_stdio(config: Path, tmp_path: Path, **client_kwargs: obje
 
 
 @asynccontextmanager
-async def gateway_over_http(config: Path, tmp_path: Path, **client_kwargs: object) -> AsyncIterator[Client]:
+async def gateway_over_http(
+    config: Path, tmp_path: Path, env: dict[str, str] | None = None, **client_kwargs: object
+) -> AsyncIterator[Client]:
     """The SDK's client connected to `python -m gateway serve --transport http` on a free port."""
     process = subprocess.Popen(
         [sys.executable, "-m", "gateway", "--config", str(config), "serve", "--transport", "http", "--port", "0"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        env=gateway_env(tmp_path),
+        env=gateway_env(tmp_path) | (env or {}),
         cwd=REPO,
     )
     try:

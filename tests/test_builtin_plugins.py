@@ -342,9 +342,7 @@ async def test_search_ranks_notes_by_matching_words_and_reports_progress(notes_d
         await add(client, "Bakery", "Sourdough BREAD on Fridays")
         await add(client, "Car", "Change the oil")
         with anyio.fail_after(TIMEOUT):
-            result = await client.call_tool(
-                "search_notes", {"query": "bread milk"}, progress_callback=on_progress
-            )
+            result = await client.call_tool("search_notes", {"query": "bread milk"}, progress_callback=on_progress)
     assert not result.is_error
     assert result.structured_content is not None
     hits = result.structured_content["hits"]
@@ -527,12 +525,8 @@ async def test_completion_suggests_tags_and_names_for_the_summarize_topic(notes_
         await add(client, "Meeting", "agenda", ["meetings", "work"])
         await add(client, "Money", "rent", ["finance"])
         with anyio.fail_after(TIMEOUT):
-            topic = await client.complete(
-                PromptReference(name="summarize_notes"), {"name": "topic", "value": "M"}
-            )
-            other = await client.complete(
-                PromptReference(name="draft_note"), {"name": "subject", "value": "m"}
-            )
+            topic = await client.complete(PromptReference(name="summarize_notes"), {"name": "topic", "value": "M"})
+            other = await client.complete(PromptReference(name="draft_note"), {"name": "subject", "value": "m"})
     assert topic.completion.values == ["meetings", "meeting", "money"]
     assert other.completion.values == []
 

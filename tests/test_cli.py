@@ -100,7 +100,9 @@ def test_call_of_an_unknown_tool_exits_1_with_close_names(tmp_path: Path) -> Non
 
 
 def test_call_with_arguments_that_are_not_json_exits_2(tmp_path: Path) -> None:
-    result = run_cli("--config", str(REPO / "external-mcps.yaml"), "call", "clock__now", "--args", "{oops", tmp_path=tmp_path)
+    result = run_cli(
+        "--config", str(REPO / "external-mcps.yaml"), "call", "clock__now", "--args", "{oops", tmp_path=tmp_path
+    )
     assert result.returncode == 2
     assert "--args is not valid JSON" in result.stderr
 

@@ -7,7 +7,8 @@ runs against both downstream transports and both protocol eras of the client.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import sys
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,17 @@ import anyio
 import mcp_types as types
 import pytest
 from mcp import Client, MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning
 
-from tests.conftest import gateway_over_http, gateway_over_stdio, three_upstream_config, write_config
+from tests.conftest import (
+    DEMO_SERVER,
+    gateway_over_http,
+    gateway_over_stdio,
+    start_demo_http,
+    stop_process,
+    three_upstream_config,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -189,11 +199,99 @@ async def test_an_upstream_that_fails_to_start_leaves_the_others_serving(
             assert result.content[0].text == "still here"  # type: ignore[union-attr]
 
 
-async def _stream_pages(client: Client) -> AsyncIterator[list[str]]:
-    cursor: str | None = None
-    while True:
-        page = await client.list_tools(cursor=cursor, cache_mode="bypass")
-        yield [t.name for t in page.tools]
-        cursor = page.next_cursor
-        if cursor is None:
-            return
+async def test_completion_requests_reach_the_upstream_of_a_template_or_prompt(connect: Connect) -> None:
+    with anyio.fail_after(60):
+        async with connect() as client:
+            ref = types.ResourceTemplateReference(uri="web+demo://items/{item_id}")
+            completed = await client.complete(ref, {"name": "item_id", "value": "4"})
+            assert completed.completion.values == ["42", "420"]
+            prompt_ref = types.PromptReference(name="child__greet")
+            completed = await client.complete(prompt_ref, {"name": "who", "value": "A"})
+            assert completed.completion.values == ["Ada", "Alan"]
+
+
+async def test_resource_update_notifications_reach_a_subscribed_client(connect: Connect, mode: str) -> None:
+    updated = anyio.Event()
+    uri = "child+demo://readme"
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ResourceUpdatedNotification) and message.params.uri == uri:
+            updated.set()
+
+    with anyio.fail_after(60):
+        async with connect(message_handler=on_message) as client:
+            if mode == "legacy":
+                with pytest.warns(MCPDeprecationWarning):
+                    await client.subscribe_resource(uri)
+                await client.call_tool("child__touch_readme", {})
+                await updated.wait()
+            else:
+                async with client.listen(resource_subscriptions=[uri]) as subscription:
+                    await client.call_tool("child__touch_readme", {})
+                    async for event in subscription:
+                        assert getattr(event, "uri", None) == uri
+                        break
+
+
+async def test_lists_are_paginated_downstream_when_they_exceed_the_page_size(
+    transport: str, mode: str, tmp_path: Path, demo_http_url: str
+) -> None:
+    config = three_upstream_config(tmp_path, demo_http_url)
+    opener = gateway_over_stdio if transport == "stdio" else gateway_over_http
+    with anyio.fail_after(60):
+        async with opener(config, tmp_path, env={"GATEWAY_PAGE_SIZE": "4"}, mode=mode) as client:
+            pages: list[list[str]] = []
+            cursor: str | None = None
+            while True:
+                page = await client.list_tools(cursor=cursor)
+                pages.append([t.name for t in page.tools])
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+            names = [name for page in pages for name in page]
+            assert len(names) == len(set(names)) == 3 * 8
+            assert [len(page) for page in pages] == [4] * 6
+            assert {"mem__echo", "child__echo", "web__echo"} <= set(names)
+            with pytest.raises(MCPError, match="Invalid cursor"):
+                await client.list_tools(cursor="not-a-cursor")
+
+
+async def test_a_legacy_sse_upstream_is_served_like_any_other(tmp_path: Path) -> None:
+    process, url = start_demo_http("legacy", transport="sse")
+    try:
+        config = write_config(tmp_path / "gateway.yaml", f"mcps:\n  old:\n    url: {url}\n    transport: sse\n")
+        with anyio.fail_after(60):
+            async with gateway_over_stdio(config, tmp_path) as client:
+                result = await client.call_tool("old__add", {"a": 1, "b": 1})
+                assert result.structured_content == {"result": 2}
+                readme = await client.read_resource("old+demo://readme")
+                assert readme.contents[0].text == "legacy readme"  # type: ignore[union-attr]
+    finally:
+        stop_process(process)
+
+
+async def test_two_servers_with_the_same_names_and_no_prefix_both_stay_reachable(
+    tmp_path: Path, demo_http_url: str
+) -> None:
+    config = write_config(
+        tmp_path / "gateway.yaml",
+        f"""
+        mcps:
+          first:
+            url: {demo_http_url}
+            prefix: ""
+          second:
+            command: {sys.executable}
+            args: ["{DEMO_SERVER}", stdio, --name, second]
+            prefix: ""
+        """,
+    )
+    with anyio.fail_after(60):
+        async with gateway_over_stdio(config, tmp_path) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert tools["echo"].meta == {"mcp-gateway/server": "first"}
+            assert tools["second__echo"].meta == {"mcp-gateway/server": "second"}
+            first = await client.read_resource("demo://readme")
+            second = await client.read_resource("second+demo://readme")
+            assert first.contents[0].text == "web readme"  # type: ignore[union-attr]
+            assert second.contents[0].text == "second readme"  # type: ignore[union-attr]

@@ -1,7 +1,7 @@
 """A small MCP server used as a real upstream in tests: over stdio, HTTP, or in memory.
 
-Run `python tests/servers/demo_server.py stdio` or `... http` (prints `PORT=<n>` on
-stdout once listening on 127.0.0.1). `--name` sets the server name, so one script can
+Run `python tests/servers/demo_server.py stdio`, `... http` or `... sse` (the HTTP ones
+print `PORT=<n>` on stdout once listening on 127.0.0.1; paths `/mcp` and `/sse`). `--name` sets the server name, so one script can
 play several upstreams.
 """
 
@@ -72,6 +72,23 @@ def create_server(name: str = "demo") -> MCPServer:
         await ctx.notify_tools_changed()
         return "added grown"
 
+    @mcp.tool()
+    async def touch_readme(ctx: Context) -> str:
+        """Announce that demo://readme changed (to both protocol eras' subscribers)."""
+        await ctx.notify_resource_updated("demo://readme")
+        await ctx.request_context.session.send_resource_updated("demo://readme")
+        return "touched"
+
+    @mcp.completion()
+    async def complete(
+        ref: types.PromptReference | types.ResourceTemplateReference,
+        argument: types.CompletionArgument,
+        context: types.CompletionContext | None,
+    ) -> types.Completion:
+        """Item ids for demo://items/{item_id}; names for greet's `who`."""
+        pool = ["1", "2", "42", "420"] if argument.name == "item_id" else ["Ada", "Alan", "Grace"]
+        return types.Completion(values=[v for v in pool if v.startswith(argument.value)])
+
     @mcp.resource("demo://readme", mime_type="text/plain")
     def readme() -> str:
         """What this server is."""
@@ -92,7 +109,7 @@ def create_server(name: str = "demo") -> MCPServer:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("transport", choices=["stdio", "http"])
+    parser.add_argument("transport", choices=["stdio", "http", "sse"])
     parser.add_argument("--name", default="demo")
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args()
@@ -102,7 +119,7 @@ def main() -> None:
         return
     import uvicorn
 
-    app = server.streamable_http_app()
+    app = server.streamable_http_app() if args.transport == "http" else server.sse_app()
     config = uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning")
     uv = uvicorn.Server(config)
 
