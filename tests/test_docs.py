@@ -1,0 +1,63 @@
+"""Every hook has a documented signature in docs/plugins.md and a test that exercises it."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+from gateway import hookspecs
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _hooks() -> list[str]:
+    return [name for name, _ in inspect.getmembers(hookspecs, inspect.isfunction) if name.startswith("gateway_")]
+
+
+def test_there_is_at_least_one_hook() -> None:
+    assert "gateway_register_servers" in _hooks()
+
+
+def test_every_hook_has_a_section_with_its_exact_signature_in_the_plugin_guide() -> None:
+    guide = (REPO / "docs" / "plugins.md").read_text()
+    for name in _hooks():
+        function = getattr(hookspecs, name)
+        signature = str(inspect.signature(function)).replace("'", "")
+        assert f"### {name}\n" in guide, f"docs/plugins.md has no section for {name}"
+        assert f"def {name}{signature}" in guide, f"docs/plugins.md does not show {name}{signature}"
+
+
+def test_every_hook_is_exercised_by_a_test() -> None:
+    tests = "\n".join(p.read_text() for p in (REPO / "tests").rglob("*.py") if p.name != "test_docs.py")
+    for name in _hooks():
+        assert f"def {name}(" in tests, f"no test plugin implements {name}"
+
+
+def test_the_complete_plugin_in_the_guide_works_when_pasted_into_plugins(tmp_path: Path) -> None:
+    import anyio
+    from mcp import Client
+
+    from gateway.plugins import get_plugin_manager
+    from gateway.registry import Registry, specs_from_plugins
+    from gateway.server import GatewayServer
+    from gateway.settings import PluginSettings, Settings
+
+    guide = (REPO / "docs" / "plugins.md").read_text()
+    section = guide[guide.index("## A complete plugin") :]
+    code = section[section.index("```python\n") + len("```python\n") : section.index("```\n", section.index("```python"))]
+    (tmp_path / "plugins" / "weather").mkdir(parents=True)
+    (tmp_path / "plugins" / "weather" / "__init__.py").write_text(code)
+    settings = Settings(data_dir=tmp_path / "data", plugins=PluginSettings(directory=tmp_path / "plugins"))
+
+    async def main() -> str:
+        pm, _ = get_plugin_manager(settings)
+        registry = Registry(specs_from_plugins(pm, settings), settings)
+        with anyio.fail_after(30):
+            async with registry.running():
+                gateway = GatewayServer(registry, settings)
+                await registry.wait_settled()
+                async with Client(gateway.server) as client:
+                    result = await client.call_tool("weather__forecast", {"city": "Lyon"})
+                    return result.content[0].text  # type: ignore[union-attr,no-any-return]
+
+    assert anyio.run(main) == "Sunny in Lyon."

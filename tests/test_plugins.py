@@ -1,0 +1,162 @@
+"""Plugin discovery and the `gateway_register_servers` hook, in process."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp import Client
+from mcp.server import Server
+
+from gateway.plugins import get_plugin_manager
+from gateway.registry import Registry, RegistrationError, specs_from_plugins
+from gateway.server import GatewayServer
+from gateway.settings import PluginSettings, Settings
+
+
+def _write_plugin(directory: Path, name: str, body: str) -> None:
+    (directory / name).mkdir(parents=True)
+    (directory / name / "__init__.py").write_text(textwrap.dedent(body))
+
+
+SERVER_PLUGIN = """
+    from mcp.server import MCPServer
+    from gateway.hookspecs import hookimpl
+
+    def make(name):
+        server = MCPServer(name)
+
+        @server.tool()
+        def hello(who: str) -> str:
+            \"\"\"Say hello.\"\"\"
+            return f"hello {{who}} from {name}"
+
+        return server
+
+    @hookimpl
+    def gateway_register_servers(register, settings):
+        register("{name}", make("{name}"), description="says hello", capabilities=["greeting"])
+"""
+
+
+def _settings(tmp_path: Path, plugins: Path, **plugin_settings: list[str]) -> Settings:
+    return Settings(data_dir=tmp_path / "data", plugins=PluginSettings(directory=plugins, **plugin_settings))
+
+
+def test_a_plugin_directory_registers_its_server_with_description_and_capabilities(tmp_path: Path) -> None:
+    _write_plugin(tmp_path / "plugins", "greeter", SERVER_PLUGIN.format(name="greeter"))
+    settings = _settings(tmp_path, tmp_path / "plugins")
+    pm, infos = get_plugin_manager(settings)
+    assert [(i.name, i.status) for i in infos] == [("greeter", "loaded")]
+    [spec] = specs_from_plugins(pm, settings)
+    assert (spec.id, spec.prefix, spec.transport, spec.origin) == ("greeter", "greeter", "memory", "plugin:greeter")
+    assert spec.description == "says hello" and spec.capabilities == ("greeting",)
+
+
+def test_a_plugin_py_file_also_makes_a_directory_a_plugin(tmp_path: Path) -> None:
+    (tmp_path / "plugins" / "solo").mkdir(parents=True)
+    (tmp_path / "plugins" / "solo" / "plugin.py").write_text(textwrap.dedent(SERVER_PLUGIN.format(name="solo")))
+    pm, infos = get_plugin_manager(_settings(tmp_path, tmp_path / "plugins"))
+    assert [(i.name, i.status) for i in infos] == [("solo", "loaded")]
+
+
+def test_allow_and_deny_settings_choose_which_plugins_load(tmp_path: Path) -> None:
+    for name in ("one", "two", "three"):
+        _write_plugin(tmp_path / "plugins", name, SERVER_PLUGIN.format(name=name))
+    _, infos = get_plugin_manager(_settings(tmp_path, tmp_path / "plugins", allow=["one", "two"], deny=["two"]))
+    assert {i.name: i.status for i in infos} == {"one": "loaded", "two": "denied", "three": "denied"}
+
+
+def test_a_plugin_that_fails_to_import_is_reported_with_its_traceback(tmp_path: Path) -> None:
+    _write_plugin(tmp_path / "plugins", "good", SERVER_PLUGIN.format(name="good"))
+    _write_plugin(tmp_path / "plugins", "bad", "import this_module_does_not_exist\n")
+    pm, infos = get_plugin_manager(_settings(tmp_path, tmp_path / "plugins"))
+    status = {i.name: i for i in infos}
+    assert status["good"].status == "loaded"
+    assert status["bad"].status == "failed"
+    assert status["bad"].error is not None and "ModuleNotFoundError" in status["bad"].error
+
+
+def test_an_installed_package_with_an_entry_point_is_a_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    site = tmp_path / "site"
+    (site / "gw_entry_demo").mkdir(parents=True)
+    (site / "gw_entry_demo" / "__init__.py").write_text(textwrap.dedent(SERVER_PLUGIN.format(name="entry")))
+    dist = site / "gw_entry_demo-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: gw-entry-demo\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[mcp_gateway]\nentry = gw_entry_demo\n")
+    monkeypatch.syspath_prepend(str(site))
+    pm, infos = get_plugin_manager(_settings(tmp_path, tmp_path / "no-plugins-here"))
+    assert [(i.name, i.status) for i in infos] == [("entry", "loaded")]
+    assert [s.id for s in specs_from_plugins(pm, _settings(tmp_path, tmp_path))] == ["entry"]
+
+
+def test_registering_the_same_server_name_twice_names_both_plugins(tmp_path: Path) -> None:
+    _write_plugin(tmp_path / "plugins", "first", SERVER_PLUGIN.format(name="shared"))
+    _write_plugin(tmp_path / "plugins", "second", SERVER_PLUGIN.format(name="shared"))
+    settings = _settings(tmp_path, tmp_path / "plugins")
+    pm, _ = get_plugin_manager(settings)
+    with pytest.raises(RegistrationError, match="'shared'.*already registered by plugin"):
+        specs_from_plugins(pm, settings)
+
+
+def test_registering_something_that_is_not_an_mcp_server_is_a_clear_error(tmp_path: Path) -> None:
+    _write_plugin(
+        tmp_path / "plugins",
+        "wrong",
+        """
+        from gateway.hookspecs import hookimpl
+
+        @hookimpl
+        def gateway_register_servers(register, settings):
+            register("wrong", object())
+        """,
+    )
+    settings = _settings(tmp_path, tmp_path / "plugins")
+    pm, _ = get_plugin_manager(settings)
+    with pytest.raises(RegistrationError, match="expected an mcp.server.MCPServer"):
+        specs_from_plugins(pm, settings)
+
+
+@pytest.mark.anyio
+async def test_a_registered_plugin_server_is_served_through_the_gateway(tmp_path: Path) -> None:
+    _write_plugin(tmp_path / "plugins", "greeter", SERVER_PLUGIN.format(name="greeter"))
+    settings = _settings(tmp_path, tmp_path / "plugins")
+    pm, _ = get_plugin_manager(settings)
+    registry = Registry(specs_from_plugins(pm, settings), settings)
+    with anyio.fail_after(30):
+        async with registry.running():
+            gateway = GatewayServer(registry, settings)
+            await registry.wait_settled()
+            async with Client(gateway.server) as client:
+                result = await client.call_tool("greeter__hello", {"who": "Ada"})
+                assert result.content[0].text == "hello Ada from greeter"  # type: ignore[union-attr]
+
+
+@pytest.mark.anyio
+async def test_a_low_level_server_that_paginates_is_read_to_the_last_page(tmp_path: Path) -> None:
+    """Upstream pagination: the gateway follows every cursor a server hands out."""
+    names = [f"tool_{i:02d}" for i in range(7)]
+
+    async def list_tools(ctx: object, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        start = int(params.cursor) if params and params.cursor else 0
+        page = [types.Tool(name=n, input_schema={"type": "object"}) for n in names[start : start + 3]]
+        return types.ListToolsResult(tools=page, next_cursor=str(start + 3) if start + 3 < len(names) else None)
+
+    async def call_tool(ctx: object, params: types.CallToolRequestParams) -> types.CallToolResult:
+        return types.CallToolResult(content=[types.TextContent(type="text", text=params.name)])
+
+    from gateway.upstream import UpstreamSpec
+
+    server = Server("paged", on_list_tools=list_tools, on_call_tool=call_tool)
+    settings = Settings(data_dir=tmp_path)
+    registry = Registry([UpstreamSpec(id="paged", prefix="p", transport="memory", target=server)], settings)
+    with anyio.fail_after(30):
+        async with registry.running():
+            await registry.wait_settled()
+            assert list(registry.catalog.tools) == [f"p__{n}" for n in names]
+            result = await registry.call_tool("p__tool_06", {})
+            assert result.content[0].text == "tool_06"  # type: ignore[union-attr]
