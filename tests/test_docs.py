@@ -44,7 +44,8 @@ def test_the_complete_plugin_in_the_guide_works_when_pasted_into_plugins(tmp_pat
 
     guide = (REPO / "docs" / "plugins.md").read_text()
     section = guide[guide.index("## A complete plugin") :]
-    code = section[section.index("```python\n") + len("```python\n") : section.index("```\n", section.index("```python"))]
+    start = section.index("```python\n") + len("```python\n")
+    code = section[start : section.index("```\n", start)]
     (tmp_path / "plugins" / "weather").mkdir(parents=True)
     (tmp_path / "plugins" / "weather" / "__init__.py").write_text(code)
     settings = Settings(data_dir=tmp_path / "data", plugins=PluginSettings(directory=tmp_path / "plugins"))

@@ -12,7 +12,7 @@ from mcp import Client
 from mcp.server import Server
 
 from gateway.plugins import get_plugin_manager
-from gateway.registry import Registry, RegistrationError, specs_from_plugins
+from gateway.registry import RegistrationError, Registry, specs_from_plugins
 from gateway.server import GatewayServer
 from gateway.settings import PluginSettings, Settings
 

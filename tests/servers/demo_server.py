@@ -1,8 +1,8 @@
 """A small MCP server used as a real upstream in tests: over stdio, HTTP, or in memory.
 
-Run `python tests/servers/demo_server.py stdio`, `... http` or `... sse` (the HTTP ones
-print `PORT=<n>` on stdout once listening on 127.0.0.1; paths `/mcp` and `/sse`). `--name` sets the server name, so one script can
-play several upstreams.
+Run `python tests/servers/demo_server.py stdio`, `... http` or `... sse` (the HTTP
+ones print `PORT=<n>` on stdout once listening on 127.0.0.1; paths `/mcp` and `/sse`).
+`--name` sets the server name, so one script can play several upstreams.
 """
 
 from __future__ import annotations
