@@ -147,11 +147,10 @@ async def gateway_over_stdio(
         yield client
 
 
-@asynccontextmanager
-async def gateway_over_http(
-    config: Path, tmp_path: Path, env: dict[str, str] | None = None, **client_kwargs: object
-) -> AsyncIterator[Client]:
-    """The SDK's client connected to `python -m gateway serve --transport http` on a free port."""
+def start_gateway_http(
+    config: Path, tmp_path: Path, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], str]:
+    """Start `python -m gateway serve --transport http` on a free port; return it and its URL."""
     process = subprocess.Popen(
         [sys.executable, "-m", "gateway", "--config", str(config), "serve", "--transport", "http", "--port", "0"],
         stdout=subprocess.DEVNULL,
@@ -160,8 +159,16 @@ async def gateway_over_http(
         env=gateway_env(tmp_path) | (env or {}),
         cwd=REPO,
     )
+    return process, _read_line_with_prefix(process.stderr, "mcp-gateway: serving on ", 60, process)
+
+
+@asynccontextmanager
+async def gateway_over_http(
+    config: Path, tmp_path: Path, env: dict[str, str] | None = None, **client_kwargs: object
+) -> AsyncIterator[Client]:
+    """The SDK's client connected to the gateway over streamable HTTP on a free port."""
+    process, url = start_gateway_http(config, tmp_path, env)
     try:
-        url = _read_line_with_prefix(process.stderr, "mcp-gateway: serving on ", 60, process)
         async with Client(url, **client_kwargs) as client:  # type: ignore[arg-type]
             yield client
     finally:
