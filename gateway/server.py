@@ -57,21 +57,27 @@ _RESERVED_META_PREFIX = "io.modelcontextprotocol/"
 _LEVELS: list[types.LoggingLevel] = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
 
 
-def _forwarded_meta(meta: types.RequestParamsMeta | None) -> types.RequestParamsMeta | None:
-    """The downstream request's `_meta` minus what the SDK manages per hop.
+def _forwarded_meta(ctx: ServerRequestContext[Any, Any]) -> types.RequestParamsMeta | None:
+    """The downstream request's `_meta` minus what the SDK manages per hop, plus a log opt-in.
 
     The progress token and the protocol envelope keys belong to one connection; the
-    SDK sets its own on the upstream request. The log-level opt-in is forwarded so a
-    2026-07-28 upstream sends the log messages the client asked for.
+    SDK sets its own on the upstream request. A 2026-07-28 upstream sends log messages
+    only for requests that opt in, so the gateway opts in at the level the client
+    asked for: its own opt-in on 2026-07-28, its `logging/setLevel` (default: every
+    level) on the handshake era.
     """
-    if not meta:
-        return None
     forwarded = {
         k: v
-        for k, v in dict(meta).items()
-        if k not in ("progressToken", "progress_token")
-        and (not k.startswith(_RESERVED_META_PREFIX) or k == types.LOG_LEVEL_META_KEY)
+        for k, v in dict(ctx.meta or {}).items()
+        if k not in ("progressToken", "progress_token") and not k.startswith(_RESERVED_META_PREFIX)
     }
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        level = (ctx.meta or {}).get(types.LOG_LEVEL_META_KEY)
+    else:
+        connection = _connection_of(ctx)
+        level = connection.state.get("log_level", "debug") if connection is not None else "debug"
+    if level is not None:
+        forwarded[types.LOG_LEVEL_META_KEY] = level
     return cast(types.RequestParamsMeta, forwarded) if forwarded else None
 
 
@@ -231,7 +237,7 @@ class GatewayServer:
                 return await upstream.request(
                     f"tools/call {params.name!r}",
                     lambda c: c.call_tool(
-                        original, params.arguments, progress_callback=progress, meta=_forwarded_meta(ctx.meta)
+                        original, params.arguments, progress_callback=progress, meta=_forwarded_meta(ctx)
                     ),
                 )
 
@@ -260,7 +266,7 @@ class GatewayServer:
         async def send(progress: Any) -> Any:
             return await upstream.request(
                 f"prompts/get {params.name!r}",
-                lambda c: c.get_prompt(original, params.arguments, meta=_forwarded_meta(ctx.meta)),
+                lambda c: c.get_prompt(original, params.arguments, meta=_forwarded_meta(ctx)),
             )
 
         return await self._as_protocol_error(self._interactive(ctx, params, upstream, send))
@@ -295,7 +301,7 @@ class GatewayServer:
         async def send(progress: Any) -> Any:
             result = await upstream.request(
                 f"resources/read {params.uri!r}",
-                lambda c: c.read_resource(original, meta=_forwarded_meta(ctx.meta), cache_mode="bypass"),
+                lambda c: c.read_resource(original, meta=_forwarded_meta(ctx), cache_mode="bypass"),
             )
             return _rename_contents(result, original, params.uri)
 

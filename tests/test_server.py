@@ -8,6 +8,7 @@ runs against both downstream transports and both protocol eras of the client.
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -249,8 +250,10 @@ async def test_lists_are_paginated_downstream_when_they_exceed_the_page_size(
                 if cursor is None:
                     break
             names = [name for page in pages for name in page]
-            assert len(names) == len(set(names)) == 3 * 8
-            assert [len(page) for page in pages] == [4] * 6
+            per_server = len([n for n in names if n.startswith("web__")])
+            assert len(names) == len(set(names)) == 3 * per_server
+            full, rest = divmod(len(names), 4)
+            assert [len(page) for page in pages] == [4] * full + ([rest] if rest else [])
             assert {"mem__echo", "child__echo", "web__echo"} <= set(names)
             with pytest.raises(MCPError, match="Invalid cursor"):
                 await client.list_tools(cursor="not-a-cursor")
@@ -295,3 +298,62 @@ async def test_two_servers_with_the_same_names_and_no_prefix_both_stay_reachable
             second = await client.read_resource("second+demo://readme")
             assert first.contents[0].text == "web readme"  # type: ignore[union-attr]
             assert second.contents[0].text == "second readme"  # type: ignore[union-attr]
+
+
+async def test_an_elicitation_request_from_an_upstream_is_relayed_to_the_client(connect: Connect) -> None:
+    asked: list[str] = []
+
+    async def on_elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"ok": True})
+
+    with anyio.fail_after(60):
+        async with connect(elicitation_callback=on_elicit) as client:
+            for server in ("mem", "child", "web"):
+                result = await client.call_tool(f"{server}__confirm", {"question": f"proceed on {server}?"})
+                assert result.content[0].text == "accepted: ok=True", result  # type: ignore[union-attr]
+            assert asked == ["proceed on mem?", "proceed on child?", "proceed on web?"]
+
+
+async def test_a_roots_request_from_an_upstream_is_relayed_to_the_client(connect: Connect) -> None:
+    async def on_roots(context: Any) -> types.ListRootsResult:
+        return types.ListRootsResult(roots=[types.Root(uri="file:///projects/alpha", name="alpha")])
+
+    with anyio.fail_after(60), warnings.catch_warnings():
+        # Roots are deprecated at 2026-07-28, and still what every 2025-era client offers.
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        async with connect(list_roots_callback=on_roots) as client:
+            for server in ("mem", "child", "web"):
+                result = await client.call_tool(f"{server}__client_roots", {})
+                assert result.content[0].text == "file:///projects/alpha", result  # type: ignore[union-attr]
+
+
+async def test_log_messages_from_an_upstream_reach_the_client(connect: Connect) -> None:
+    received: list[types.LoggingMessageNotificationParams] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        received.append(params)
+
+    with anyio.fail_after(60):
+        async with connect(logging_callback=on_log, log_level="info") as client:
+            for server in ("mem", "child", "web"):
+                received.clear()
+                assert (await client.call_tool(f"{server}__log_line", {"message": f"hi from {server}"})).content
+                assert [(p.level, p.data, p.logger) for p in received] == [
+                    ("info", f"hi from {server}", f"{server}/demo-logger")
+                ]
+
+
+async def test_a_cancelled_call_is_cancelled_at_the_upstream_too(connect: Connect, tmp_path: Path) -> None:
+    with anyio.fail_after(60):
+        async with connect() as client:
+            for server in ("child", "web"):
+                marker = tmp_path / f"{server}.cancelled"
+                with anyio.move_on_after(1.5):
+                    await client.call_tool(f"{server}__wait_for_cancel", {"marker": str(marker)})
+                with anyio.fail_after(10):
+                    while not marker.exists():  # the upstream writes it when its handler is cancelled
+                        await anyio.sleep(0.05)
+                assert marker.read_text() == "cancelled"
+                result = await client.call_tool(f"{server}__echo", {"text": "still fine"})
+                assert result.content[0].text == "still fine"  # type: ignore[union-attr]

@@ -24,9 +24,7 @@ from gateway.settings import Settings
 
 __all__ = ["create_server", "gateway_register_servers"]
 
-READ_ONLY = ToolAnnotations(
-    read_only_hint=True, idempotent_hint=True, destructive_hint=False, open_world_hint=False
-)
+READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, destructive_hint=False, open_world_hint=False)
 """Every clock tool only reads the clock and computes: safe to call and to retry."""
 
 _WALL_TIME = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$")
@@ -70,18 +68,14 @@ class DifferenceResult(BaseModel):
     hours: int = Field(description="Hour part (0-23) of the span.")
     minutes: int = Field(description="Minute part (0-59) of the span.")
     seconds: int = Field(description="Second part (0-59) of the span.")
-    business_days: int = Field(
-        description="Monday-Friday dates from start's date up to, not including, end's."
-    )
+    business_days: int = Field(description="Monday-Friday dates from start's date up to, not including, end's.")
 
 
 class AddResult(BaseModel):
     """`add_duration`'s structured output."""
 
     start: str
-    result: str = Field(
-        description="ISO 8601 date (if start was a date and no hours/minutes were added) or date-time."
-    )
+    result: str = Field(description="ISO 8601 date (if start was a date and no hours/minutes were added) or date-time.")
     weekday: str = Field(description="English weekday name of the result.")
 
 
@@ -171,7 +165,7 @@ def add_business_days(start: date, count: int) -> date:
     return current
 
 
-def now(
+async def now(
     timezone: Annotated[str, Field(description=f"Where to read the clock: {_TIMEZONE_EXAMPLE}.")] = "UTC",
 ) -> Annotated[CallToolResult, NowResult]:
     """Current date and time in a timezone: ISO 8601, weekday, UTC offset, DST flag and unix timestamp."""
@@ -184,7 +178,7 @@ def now(
     return _structured(text, result)
 
 
-def convert_time(
+async def convert_time(
     time: Annotated[
         str,
         Field(
@@ -239,7 +233,7 @@ def convert_time(
     return _structured(text, result)
 
 
-def date_difference(
+async def date_difference(
     start: Annotated[str, Field(description=f"{_MOMENT_EXAMPLE}; without an offset it is taken as UTC.")],
     end: Annotated[str, Field(description=f"{_MOMENT_EXAMPLE}; without an offset it is taken as UTC.")],
 ) -> Annotated[CallToolResult, DifferenceResult]:
@@ -272,14 +266,10 @@ def date_difference(
     return _structured(text, result)
 
 
-def add_duration(
+async def add_duration(
     start: Annotated[str, Field(description=f"{_MOMENT_EXAMPLE}.")],
-    days: Annotated[
-        int, Field(description="Calendar days to add (negative subtracts).", ge=-365_000, le=365_000)
-    ] = 0,
-    hours: Annotated[
-        int, Field(description="Hours to add (negative subtracts).", ge=-8_760_000, le=8_760_000)
-    ] = 0,
+    days: Annotated[int, Field(description="Calendar days to add (negative subtracts).", ge=-365_000, le=365_000)] = 0,
+    hours: Annotated[int, Field(description="Hours to add (negative subtracts).", ge=-8_760_000, le=8_760_000)] = 0,
     minutes: Annotated[int, Field(description="Minutes to add (negative subtracts).")] = 0,
     business_days: Annotated[
         int,
@@ -303,9 +293,7 @@ def add_duration(
             moment = datetime(moment.year, moment.month, moment.day)
         moment = moment + timedelta(days=days, hours=hours, minutes=minutes)
     except OverflowError:
-        raise ToolError(
-            "the result is outside the years 1-9999; use smaller days, hours or minutes"
-        ) from None
+        raise ToolError("the result is outside the years 1-9999; use smaller days, hours or minutes") from None
     result = AddResult(start=start, result=moment.isoformat(), weekday=moment.strftime("%A"))
     return _structured(f"{result.result} ({result.weekday})", result)
 

@@ -55,9 +55,7 @@ MARKDOWN = "text/markdown"
 MAX_COMPLETIONS = 100
 """The spec caps completion values at 100 per response."""
 
-READ_ONLY = ToolAnnotations(
-    read_only_hint=True, idempotent_hint=True, destructive_hint=False, open_world_hint=False
-)
+READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, destructive_hint=False, open_world_hint=False)
 
 
 def slugify(title: str) -> str:
@@ -325,9 +323,7 @@ def create_server(directory: Path) -> NotesServer:
     store = NoteStore(directory)
     server = NotesServer(store)
 
-    @server.tool(
-        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False)
-    )
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False))
     async def add_note(
         title: Annotated[str, Field(description="Title of the note; its name (a slug) is derived from it.")],
         text: Annotated[str, Field(description="Body of the note, in markdown.")],
@@ -343,9 +339,7 @@ def create_server(directory: Path) -> NotesServer:
 
     @server.tool(annotations=READ_ONLY)
     async def search_notes(
-        query: Annotated[
-            str, Field(description="Words to look for in titles, tags and text (case-insensitive).")
-        ],
+        query: Annotated[str, Field(description="Words to look for in titles, tags and text (case-insensitive).")],
         ctx: Context,
         limit: Annotated[int, Field(description="Most hits to return.", ge=1, le=100)] = 10,
     ) -> Annotated[CallToolResult, SearchResults]:
@@ -380,9 +374,7 @@ def create_server(directory: Path) -> NotesServer:
         lines = [f"- {hit.title} ({hit.uri}): {hit.snippet}" for hit in hits]
         return _structured(f"{len(hits)} of {len(scored)} matching notes:\n" + "\n".join(lines), results)
 
-    @server.tool(
-        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True)
-    )
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True))
     async def delete_note(
         name: Annotated[str, Field(description="Name of the note, as list_notes or search_notes report it.")],
         ctx: Context,
@@ -401,9 +393,7 @@ def create_server(directory: Path) -> NotesServer:
         text = "\n".join(_bullet(note) for note in notes) or "No notes yet; add one with add_note."
         return _structured(text, NoteList(notes=[NoteSummary.of(note) for note in notes]))
 
-    @server.resource(
-        TEMPLATE_URI, name="note", title="Note", description="One note, as markdown.", mime_type=MARKDOWN
-    )
+    @server.resource(TEMPLATE_URI, name="note", title="Note", description="One note, as markdown.", mime_type=MARKDOWN)
     def read_note(name: str) -> str:
         """The note as markdown with YAML front matter; hand-written files gain a normalised header."""
         note = store.get(name)
@@ -411,9 +401,7 @@ def create_server(directory: Path) -> NotesServer:
             raise ResourceNotFoundError(_unknown_note(store, name))
         return note.render()
 
-    @server.resource(
-        INDEX_URI, name="index", title="Notes index", description="Every note.", mime_type=MARKDOWN
-    )
+    @server.resource(INDEX_URI, name="index", title="Notes index", description="Every note.", mime_type=MARKDOWN)
     def read_index() -> str:
         """A markdown list of every note with its tags, linking to note://<name>."""
         notes = store.all()
@@ -422,9 +410,7 @@ def create_server(directory: Path) -> NotesServer:
 
     @server.prompt(title="Summarize notes")
     def summarize_notes(
-        topic: Annotated[
-            str, Field(description="A word, phrase or tag; the notes that mention it are included.")
-        ],
+        topic: Annotated[str, Field(description="A word, phrase or tag; the notes that mention it are included.")],
     ) -> UserMessage:
         """Ask for a summary of everything the notebook says about a topic."""
         terms = _terms(topic)
@@ -476,9 +462,7 @@ def create_server(directory: Path) -> NotesServer:
         else:
             return None
         values = [value for value in candidates if value.startswith(prefix)]
-        return Completion(
-            values=values[:MAX_COMPLETIONS], total=len(values), has_more=len(values) > MAX_COMPLETIONS
-        )
+        return Completion(values=values[:MAX_COMPLETIONS], total=len(values), has_more=len(values) > MAX_COMPLETIONS)
 
     return server
 

@@ -9,18 +9,34 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import anyio
 import mcp_types as types
+from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
 from mcp.server.mcpserver import Context, MCPServer, Resolve, Sample
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.resolve import Elicit, ListRoots
+from pydantic import BaseModel
 
 
 def _ask(question: str) -> Sample:
     return Sample(
         [types.SamplingMessage(role="user", content=types.TextContent(type="text", text=question))], max_tokens=50
     )
+
+
+class Answer(BaseModel):
+    ok: bool
+
+
+def _confirm(question: str) -> Elicit[Answer]:
+    return Elicit(question, Answer)
+
+
+def _roots() -> ListRoots:
+    return ListRoots()
 
 
 def create_server(name: str = "demo") -> MCPServer:
@@ -53,6 +69,34 @@ def create_server(name: str = "demo") -> MCPServer:
         """Ask the client's LLM a question (sampling)."""
         content = answer.content
         return f"LLM said: {content.text if isinstance(content, types.TextContent) else content}"
+
+    @mcp.tool()
+    async def confirm(question: str, answer: Annotated[ElicitationResult[Answer], Resolve(_confirm)]) -> str:
+        """Ask the user to confirm (elicitation)."""
+        if isinstance(answer, AcceptedElicitation):
+            return f"accepted: ok={answer.data.ok}"
+        return f"not accepted: {answer.action}"
+
+    @mcp.tool()
+    async def client_roots(roots: Annotated[types.ListRootsResult, Resolve(_roots)]) -> str:
+        """List the client's roots."""
+        return ", ".join(str(root.uri) for root in roots.roots)
+
+    @mcp.tool()
+    async def log_line(message: str, ctx: Context) -> str:
+        """Send a log message at info level."""
+        await ctx.log("info", message, logger_name="demo-logger")
+        return "logged"
+
+    @mcp.tool()
+    async def wait_for_cancel(marker: str) -> str:
+        """Wait up to a minute; if cancelled, write 'cancelled' into the file `marker`."""
+        try:
+            await anyio.sleep(60)
+        except anyio.get_cancelled_exc_class():
+            Path(marker).write_text("cancelled")
+            raise
+        return "not cancelled"
 
     @mcp.tool()
     async def sleep(seconds: float) -> str:
