@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -21,7 +22,7 @@ from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.errors import GatewayError, error_result
 from gateway.plugins import PluginInfo, get_plugin_manager
 from gateway.registry import RegistrationError, Registry, specs_from_config, specs_from_plugins
-from gateway.server import GatewayServer, serve_http, serve_stdio
+from gateway.server import GatewayServer, bind_socket, serve_http, serve_stdio
 from gateway.settings import Settings
 from gateway.upstream import Upstream
 
@@ -29,7 +30,7 @@ __all__ = ["main"]
 
 logger = logging.getLogger("gateway")
 
-EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 T = TypeVar("T")
 
@@ -94,11 +95,12 @@ def _configure_logging(settings: Settings) -> None:
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
-def _load(settings: Settings) -> tuple[GatewayConfig, Registry, list[PluginInfo]]:
+def _load(settings: Settings, *, serving: bool) -> tuple[GatewayConfig, Registry, list[PluginInfo]]:
     config = load_config(settings.config)
     pm, infos = get_plugin_manager(settings)
     specs = specs_from_plugins(pm, settings) + specs_from_config(config)
-    return config, Registry(specs, settings), infos
+    # Only `serve` has a client to relay sampling, elicitation and roots requests to.
+    return config, Registry(specs, settings, relay_requests=serving), infos
 
 
 async def _with_registry(registry: Registry, body: Callable[[Registry], Awaitable[T]]) -> T:
@@ -187,25 +189,42 @@ async def _call(registry: Registry, tool: str, raw_args: str, as_json: bool) -> 
     if not isinstance(arguments, dict):
         raise _Usage('--args must be a JSON object, like \'{"timezone": "Europe/Paris"}\'')
 
-    async def body(reg: Registry) -> types.CallToolResult:
+    owner = registry.owner_of(tool)
+    async with registry.running():
+        # Only the server that owns the tool matters: a slow or hanging other one must not delay the call.
+        with anyio.move_on_after(registry.settings.startup_timeout + 5):
+            if owner is not None:
+                await owner.wait_settled()
+            else:
+                await registry.wait_settled()
         try:
-            return await reg.call_tool(tool, arguments)
+            result = await registry.call_tool(tool, arguments)
         except GatewayError as exc:
-            return error_result(exc)
-
-    result = await _with_registry(registry, body)
+            result = error_result(exc)
     if as_json:
         print(
             json.dumps(result.model_dump(by_alias=True, mode="json", exclude_none=True), indent=2, ensure_ascii=False)
         )
     else:
         for block in result.content:
-            print(
-                block.text
-                if isinstance(block, types.TextContent)
-                else json.dumps(block.model_dump(by_alias=True, mode="json", exclude_none=True))
-            )
+            print(_describe_block(block))
     return EXIT_FAILED if result.is_error else EXIT_OK
+
+
+def _describe_block(block: types.ContentBlock) -> str:
+    """A content block for a person: text as is, binary content as a one-line summary."""
+    if isinstance(block, types.TextContent):
+        return block.text
+    if isinstance(block, types.ImageContent | types.AudioContent):
+        return f"[{block.type}: {block.mime_type}, {len(block.data) * 3 // 4} bytes]"
+    if isinstance(block, types.ResourceLink):
+        return f"[resource link: {block.uri}]"
+    if isinstance(block, types.EmbeddedResource):
+        contents = block.resource
+        if isinstance(contents, types.TextResourceContents):
+            return f"[resource {contents.uri}]\n{contents.text}"
+        return f"[resource {contents.uri}: {contents.mime_type or 'binary'}]"
+    return json.dumps(block.model_dump(by_alias=True, mode="json", exclude_none=True))
 
 
 def _plugins(infos: list[PluginInfo], as_json: bool) -> int:
@@ -221,22 +240,33 @@ def _plugins(infos: list[PluginInfo], as_json: bool) -> int:
     return EXIT_OK
 
 
+async def _exit_on_signal(stop: anyio.Event) -> None:
+    """SIGINT or SIGTERM ends serving gracefully: upstreams are closed and stdio children reaped."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            logger.info("received %s; shutting down", signal.Signals(signum).name)
+            stop.set()
+            return
+
+
 async def _serve(registry: Registry, settings: Settings, transport: str) -> int:
-    async with registry.running():
-        gateway = GatewayServer(registry, settings)
-        await registry.wait_settled(settings.startup_timeout + 5)
-        if transport == "stdio":
-            await serve_stdio(gateway)
-        else:
-            await serve_http(
-                gateway,
-                settings,
-                ready=lambda port: print(
-                    f"mcp-gateway: serving on http://{settings.http.host}:{port}{settings.http.path}",
-                    file=sys.stderr,
-                    flush=True,
-                ),
-            )
+    # Bind first: a busy port is reported before any server is started.
+    sock = bind_socket(settings.http.host, settings.http.port) if transport == "http" else None
+    stop = anyio.Event()
+
+    def announce(port: int) -> None:
+        url = f"http://{settings.http.host}:{port}{settings.http.path}"
+        print(f"mcp-gateway: serving on {url}", file=sys.stderr, flush=True)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_exit_on_signal, stop)
+        async with registry.running():
+            gateway = GatewayServer(registry, settings)
+            if sock is None:
+                await serve_stdio(gateway, stop=stop)
+            else:
+                await serve_http(gateway, settings, sock, stop=stop, ready=announce)
+        tg.cancel_scope.cancel()
     return EXIT_OK
 
 
@@ -249,7 +279,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         if args.command == "plugins":
             _, infos = get_plugin_manager(settings)
             return _plugins(infos, args.json)
-        _config, registry, _infos = _load(settings)
+        _config, registry, _infos = _load(settings, serving=args.command == "serve")
         if args.command in ("check", "servers"):
             return anyio.run(_check, registry, args.json, args.command == "servers")
         if args.command == "tools":
@@ -263,8 +293,11 @@ def run(argv: Sequence[str] | None = None) -> int:
     except (RegistrationError, _Usage) as exc:
         print(f"mcp-gateway: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except OSError as exc:
+        print(f"mcp-gateway: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_FAILED
     except KeyboardInterrupt:
-        return EXIT_OK
+        return EXIT_INTERRUPTED
 
 
 def main() -> None:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import json
 import math
 import os
 import re
+import shlex
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -42,29 +44,38 @@ __all__ = [
 
 DEFAULT_CONFIG_NAME = "external-mcps.yaml"
 
-TOP_LEVEL_KEYS = ("mcps", "mcpServers", "plugins")
-"""Every key allowed at the top of the file. Later sections (e.g. `routing`) add theirs here."""
+TOP_LEVEL_KEYS = ("mcps", "mcpServers", "servers", "inputs", "plugins")
+"""Every key allowed at the top of the file. Later sections (e.g. `routing`) add theirs here.
+`inputs` (VS Code's prompts for `${input:...}` values) is accepted and ignored."""
+
+SERVER_SECTIONS = ("mcps", "mcpServers", "servers")
+"""Top-level keys holding servers: ours, Claude Desktop / Cursor's, and VS Code's `mcp.json` one."""
 
 SERVER_KEYS = (
-    "name", "description", "command", "args", "env", "cwd", "url", "headers", "transport",
-    "credentials", "capabilities", "enabled", "timeout", "tools", "prefix",
+    "name", "description", "command", "args", "env", "cwd", "url", "headers", "transport", "type",
+    "protocol", "credentials", "capabilities", "enabled", "timeout", "tools", "prefix",
 )  # fmt: skip
-CLAUDE_KEYS = (*SERVER_KEYS, "type", "disabled")  # `mcpServers:` also takes Claude Desktop / Cursor keys
+CLAUDE_KEYS = (*SERVER_KEYS, "disabled")  # `mcpServers:` / `servers:` also take Claude Desktop's `disabled`
 TOOL_FILTER_KEYS = ("allow", "deny")
-RENAMED_KEYS = {"type": "transport", "disabled": "enabled"}  # Claude key -> ServerConfig field
+RENAMED_KEYS = {"type": "transport", "disabled": "enabled"}  # synonym key -> ServerConfig field
 STDIO_ONLY_KEYS = ("args", "env", "cwd")
+HTTP_SPELLINGS = ("http", "streamableHttp", "streamable-http", "streamable_http", "shttp")
 TRANSPORTS = {
     "stdio": "stdio",
-    "http": "http",
-    "streamable-http": "http",
-    "streamable_http": "http",
     "sse": "sse",
+    **{spelling.lower(): "http" for spelling in HTTP_SPELLINGS},
 }
+"""Accepted `transport` / `type` values, lower-cased (they compare case-insensitively)."""
+TRANSPORT_HINT = (
+    "must be stdio, sse or http (http may also be written streamableHttp, streamable-http, streamable_http or shttp)"
+)
+PROTOCOLS = ("auto", "legacy")
 SERVER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 PREFIX_RE = re.compile(r"^[A-Za-z0-9_-]*$")
 PREFIX_MAX = 32
 # `$${` is a literal `${`; `${NAME}` / `${NAME:-default}` are references; any other `${` is a mistake.
-_INTERPOLATION_RE = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$\{")
+# `${input:ID}` is VS Code's prompt for a value, which the gateway cannot do.
+_INTERPOLATION_RE = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$\{(input:[^}]*)\}|\$\{")
 MASK = "***"
 
 KeyPath = tuple[str | int, ...]
@@ -109,6 +120,9 @@ class ServerConfig(BaseModel):
     name: str
     description: str = ""
     transport: Literal["stdio", "http", "sse"]
+    # `auto`: try the 2026-07-28 `server/discover` probe, then fall back to the `initialize`
+    # handshake; `legacy`: go straight to `initialize` (for servers that mishandle the probe).
+    protocol: Literal["auto", "legacy"] = "auto"
     command: str | None = None
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
@@ -239,7 +253,7 @@ class _Parser:
         self.path = path
         self.environ = environ
         self.lines: dict[KeyPath, int] = {}
-        self.sections: dict[str, str] = {}  # server id -> "mcps" or "mcpServers"
+        self.sections: dict[str, str] = {}  # server id -> the top-level key it is under (SERVER_SECTIONS)
 
     def line(self, key_path: KeyPath) -> int | None:
         """The line of the deepest part of `key_path` found in the file (missing keys: their parent's)."""
@@ -275,7 +289,7 @@ class _Parser:
             raise self.error((), "the file must be a mapping with a `mcps:` section")
         self._check_keys(data, (), TOP_LEVEL_KEYS)
         servers: dict[str, ServerConfig] = {}
-        for section in (key for key in data if key in ("mcps", "mcpServers")):
+        for section in (key for key in data if key in SERVER_SECTIONS):
             for sid, raw in self._mapping(data[section], (section,), "server id to settings").items():
                 if sid in servers:
                     other = self.sections[sid]
@@ -348,14 +362,14 @@ class _Parser:
                 raise self.error((*key_path, key), f"unknown key {key!r}{hint}")
 
     def _server(self, section: str, sid: str, raw: Any) -> ServerConfig:
-        """Turn one `mcps:` / `mcpServers:` entry into a ServerConfig, or fail at the offending key."""
+        """Turn one `mcps:` / `mcpServers:` / `servers:` entry into a ServerConfig, or fail at the offending key."""
         base: KeyPath = (section, sid)
         if not SERVER_ID_RE.match(sid):
             message = "server id must start with a letter or digit and contain only letters, digits, '_', '.', '-'"
             raise self.error(base, message)
         if not isinstance(raw, dict):
             raise self.error(base, "must be a mapping of settings (e.g. `command:` or `url:`)")
-        self._check_keys(raw, base, CLAUDE_KEYS if section == "mcpServers" else SERVER_KEYS)
+        self._check_keys(raw, base, SERVER_KEYS if section == "mcps" else CLAUDE_KEYS)
         if isinstance(raw.get("tools"), dict):
             self._check_keys(raw["tools"], (*base, "tools"), TOOL_FILTER_KEYS)
         for one, other in (("transport", "type"), ("enabled", "disabled")):
@@ -382,6 +396,10 @@ class _Parser:
             values["enabled"] = not disabled
 
         transport = self._transport(values, base, source)
+        if "protocol" in values and values["protocol"] not in PROTOCOLS:
+            raise self.error((*base, "protocol"), f"must be one of {', '.join(PROTOCOLS)}")
+        if transport == "stdio" and not values.get("args"):
+            self._check_command(values["command"], values.get("cwd"), masked.get("command"), (*base, "command"))
         if "prefix" not in raw and (not PREFIX_RE.match(sid) or len(sid) > PREFIX_MAX):
             message = f"the id cannot be the tool prefix (max {PREFIX_MAX} of A-Z a-z 0-9 _ -); set `prefix:`"
             raise self.error(base, message)
@@ -420,19 +438,38 @@ class _Parser:
             raise self.error(base, "has both `command` and `url`; give one: `command` (stdio) or `url` (http/sse)")
         if not has_command and not has_url:
             raise self.error(base, "needs `command` (stdio) or `url` (http/sse)")
-        implied = "stdio" if has_command else "http"
         given = values.get("transport")
         if given is None:
-            return implied
+            return "stdio" if has_command else "sse" if _is_sse_url(values["url"]) else "http"
         key = (*base, source["transport"])
         if not isinstance(given, str) or given.lower() not in TRANSPORTS:
-            raise self.error(key, "must be one of stdio, http (streamable-http), sse")
+            raise self.error(key, TRANSPORT_HINT)
         transport = TRANSPORTS[given.lower()]
         if (transport == "stdio") != has_command:
             needs = "`command`" if transport == "stdio" else "`url`"
             has = "`command`" if has_command else "`url`"
             raise self.error(key, f"transport {transport} needs {needs}, but this server has {has}")
         return transport
+
+    def _check_command(self, command: Any, cwd: Any, display: Any, key_path: KeyPath) -> None:
+        """A `command` with spaces and no `args` is a whole command line: ask for it split, unless it is a file."""
+        if not isinstance(command, str) or not any(char.isspace() for char in command.strip()):
+            return
+        if os.path.exists(command) or (isinstance(cwd, str) and os.path.exists(os.path.join(cwd, command))):
+            return  # e.g. "/Applications/My App/server"
+        shown = command if display is None else display  # parts that came from ${VAR} show as ***
+        if not any(char.isspace() for char in shown.strip()):
+            message = "contains spaces after ${...} substitution; put the program in command and its arguments in args"
+            raise self.error(key_path, message)
+        try:
+            program, *args = shlex.split(shown)
+        except ValueError:  # unbalanced quotes
+            program, *args = shown.split()
+        message = (
+            f'command "{shown}" contains spaces; put the program in command and its arguments in args, '
+            f"e.g. command: {program}, args: {json.dumps(args)}"
+        )
+        raise self.error(key_path, message)
 
     def _credentials(self, raw: Any, key_path: KeyPath) -> dict[str, str]:
         """`NAME_env: VAR` -> {NAME: $VAR}: env vars for stdio servers, headers for http/sse ones."""
@@ -461,6 +498,12 @@ class _Parser:
             text, name, default = match.group(0), match.group(1), match.group(2)
             if text == "$${":
                 return "${"
+            if match.group(3) is not None:
+                message = (
+                    f"{text} is a VS Code input, which the gateway does not support; "
+                    "use an environment variable (${NAME}) or `credentials` instead"
+                )
+                raise self.error(key_path, message)
             if name is None:
                 message = "invalid ${...} (use ${NAME} or ${NAME:-default}; write $${ for a literal ${)"
                 raise self.error(key_path, message)
@@ -486,6 +529,14 @@ class _Parser:
                 )
                 raise self.error((self.sections[server.id], server.id, "prefix"), message)
             owner[server.prefix] = server
+
+
+def _is_sse_url(url: Any) -> bool:
+    """An SSE endpoint conventionally ends in /sse (a trailing slash, query and fragment aside)."""
+    try:
+        return isinstance(url, str) and urlsplit(url).path.rstrip("/").endswith("/sse")
+    except ValueError:  # e.g. a broken IPv6 host; the `url` check reports it
+        return False
 
 
 def _numbers_to_str(value: Any) -> Any:

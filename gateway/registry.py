@@ -20,11 +20,11 @@ from mcp.server import MCPServer, Server
 
 from gateway.catalog import Catalog, ServerListing, build_catalog
 from gateway.config import GatewayConfig, ServerConfig
-from gateway.errors import ToolNotFound
+from gateway.errors import ToolNotFound, UpstreamUnavailable
 from gateway.plugins import PluginManager
 from gateway.relay import Relay
 from gateway.settings import Settings
-from gateway.upstream import Upstream, UpstreamSpec
+from gateway.upstream import Upstream, UpstreamSpec, unavailable_message
 
 __all__ = ["ChangeKind", "Registry", "RegistrationError", "specs_from_config", "specs_from_plugins"]
 
@@ -71,6 +71,7 @@ def spec_from_config(server: ServerConfig) -> UpstreamSpec:
         enabled=server.enabled,
         origin="config",
         tool_filter=server.tools.permits,
+        protocol=server.protocol,
     )
 
 
@@ -124,14 +125,22 @@ def specs_from_plugins(pm: PluginManager, settings: Settings) -> list[UpstreamSp
 class Registry:
     """Owns the upstreams and the merged catalog. Use `async with registry.running():`."""
 
-    def __init__(self, specs: Sequence[UpstreamSpec], settings: Settings) -> None:
+    def __init__(self, specs: Sequence[UpstreamSpec], settings: Settings, *, relay_requests: bool = True) -> None:
+        """`relay_requests=False` for one-shot commands: with no client to ask, upstreams are
+        told the gateway does not support sampling, elicitation or roots."""
         ids = [s.id for s in specs]
         duplicates = sorted({i for i in ids if ids.count(i) > 1})
         if duplicates:
             raise RegistrationError(f"server id(s) used twice (plugin and config?): {', '.join(duplicates)}")
         self.settings = settings
         self.upstreams: dict[str, Upstream] = {
-            s.id: Upstream(s, self, startup_timeout=settings.startup_timeout, call_timeout=settings.call_timeout)
+            s.id: Upstream(
+                s,
+                self,
+                startup_timeout=settings.startup_timeout,
+                call_timeout=settings.call_timeout,
+                relay_requests=relay_requests,
+            )
             for s in specs
         }
         self.catalog = Catalog()
@@ -222,13 +231,27 @@ class Registry:
                 await listener(changed)
 
     def tool(self, name: str) -> tuple[Upstream, str]:
-        """The upstream and upstream name of an exposed tool, or `ToolNotFound` naming close ones."""
+        """The upstream and upstream name of an exposed tool.
+
+        Raises `UpstreamUnavailable` when the name belongs to a server that is down (its
+        tools leave the catalog while it is), else `ToolNotFound` naming close ones.
+        """
         entry = self.catalog.tools.get(name)
-        if entry is None:
-            close = difflib.get_close_matches(name, list(self.catalog.tools), n=3, cutoff=0.5)
-            hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-            raise ToolNotFound(f"There is no tool named {name!r}.{hint}")
-        return self.upstreams[entry.server_id], entry.original
+        if entry is not None:
+            return self.upstreams[entry.server_id], entry.original
+        owner = self.owner_of(name)
+        if owner is not None and owner.state != "ready":
+            raise UpstreamUnavailable(unavailable_message(owner), server=owner.id)
+        close = difflib.get_close_matches(name, list(self.catalog.tools), n=3, cutoff=0.5)
+        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        raise ToolNotFound(f"There is no tool named {name!r}.{hint}")
+
+    def owner_of(self, name: str) -> Upstream | None:
+        """The server whose prefix a `prefix__name` belongs to, whether or not it is up."""
+        prefix, separator, _ = name.partition("__")
+        if not separator:
+            return None
+        return next((u for u in self.upstreams.values() if u.spec.prefix == prefix), None)
 
     def prompt(self, name: str) -> tuple[Upstream, str] | None:
         entry = self.catalog.prompts.get(name)

@@ -13,10 +13,12 @@ client's protocol era allows:
   with its answers and the echoed `request_state`.
 
 Which downstream request an upstream question belongs to is known exactly when the
-upstream speaks 2026-07-28 (the question is raised inside the call's own task, seen
-through a context variable). Handshake-era upstreams send questions on their own
-channel; the gateway then picks the most recent in-flight request on that server.
-A client that did not declare the capability gets a clear refusal, never a hang.
+question is raised inside the call's own task (2026-07-28 upstreams, and streamable
+HTTP, whose transport carries the caller's context), seen through a context variable.
+Handshake-era stdio and SSE upstreams send questions on their own channel; the gateway
+then relays only if every request in flight on that server comes from one client
+session, and refuses otherwise: a question never reaches another user's client. A
+client that did not declare the capability gets a clear refusal, never a hang.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 
-__all__ = ["Exchange", "ExchangeTable", "Relay", "RelayScope"]
+__all__ = ["Exchange", "ExchangeTable", "Relay", "RelayScope", "connection_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -87,30 +89,52 @@ class Relay:
             stack.remove(scope)
 
     def find(self, upstream_id: str) -> RelayScope | None:
+        """The downstream request an upstream's message belongs to, or None if unknown.
+
+        Exact when the message is raised inside the call's own task (2026-07-28
+        upstreams, streamable-HTTP upstreams). Otherwise the protocol does not say, and
+        the gateway guesses only within one client session: a question must never
+        reach another user's client. Requests in flight from several sessions: None.
+        """
         current = _current_scope.get()
         if current is not None and current.upstream_id == upstream_id:
             return current
         stack = self._in_flight.get(upstream_id)
-        return stack[-1] if stack else None
+        if not stack:
+            return None
+        sessions = {id(connection_of(scope.ctx)) for scope in stack}
+        return stack[-1] if len(sessions) == 1 else None
+
+    def busy(self, upstream_id: str) -> bool:
+        """Whether any downstream request is in flight on this upstream."""
+        return bool(self._in_flight.get(upstream_id))
 
     async def ask(self, upstream_id: str, request: types.InputRequest) -> types.InputResponse | types.ErrorData:
         """Put an upstream's question to the right downstream client, or refuse clearly."""
         what = _CAPABILITY_NAMES[type(request)]
         scope = self.find(upstream_id)
+        if scope is None and self.busy(upstream_id):
+            return _refuse(
+                f"Server {upstream_id!r} asked for {what}, but requests from several clients are in progress "
+                "on it and its protocol does not say which one the question belongs to; the gateway "
+                "refuses rather than ask the wrong client. Retry the request."
+            )
         if scope is None:
             return _refuse(
-                f"Server {upstream_id!r} sent a {what} request outside of any client request; "
-                "the gateway only relays these while a request to that server is in progress."
+                f"Server {upstream_id!r} asked for {what} outside of any client request; the gateway "
+                "relays such questions only while a client's request to that server is in progress."
             )
         if not _client_supports(scope.ctx, request):
             return _refuse(
-                f"The client connected to the gateway does not support {what}, "
-                f"so server {upstream_id!r}'s {what} request cannot be relayed."
+                f"Server {upstream_id!r} asked for {what}, which the client connected to the gateway does not support."
             )
         if scope.exchange is not None:
             return await scope.exchange.ask(request)
         if not scope.ctx.session.can_send_request:
-            return _refuse(f"The client's connection cannot carry server-to-client requests ({what}).")
+            return _refuse(
+                f"Server {upstream_id!r} asked for {what}, but the client's connection cannot carry "
+                "server-to-client requests."
+            )
         try:
             return await scope.ctx.session.send_request(
                 request,
@@ -119,6 +143,11 @@ class Relay:
             )
         except MCPError as exc:
             return exc.error
+
+
+def connection_of(ctx: ServerRequestContext[Any, Any]) -> Any:
+    """The SDK's per-client `Connection` behind a request (not public API in mcp 2.3)."""
+    return getattr(ctx.session, "_connection", None)
 
 
 def _refuse(message: str) -> types.ErrorData:

@@ -11,11 +11,13 @@ handshake-era clients, `subscriptions/listen` streams for 2026-07-28 clients).
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
+import socket
 import warnings
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, cast
 
 import anyio
@@ -41,11 +43,11 @@ from starlette.applications import Starlette
 
 from gateway.errors import GatewayError, error_result
 from gateway.registry import ChangeKind, Registry
-from gateway.relay import Exchange, ExchangeTable
+from gateway.relay import Exchange, ExchangeTable, connection_of
 from gateway.settings import Settings
 from gateway.upstream import Upstream
 
-__all__ = ["GatewayServer", "build_http_app", "serve_http", "serve_stdio"]
+__all__ = ["GatewayServer", "bind_socket", "build_http_app", "serve_http", "serve_stdio"]
 
 logger = logging.getLogger(__name__)
 
@@ -74,16 +76,11 @@ def _forwarded_meta(ctx: ServerRequestContext[Any, Any]) -> types.RequestParamsM
     if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
         level = (ctx.meta or {}).get(types.LOG_LEVEL_META_KEY)
     else:
-        connection = _connection_of(ctx)
+        connection = connection_of(ctx)
         level = connection.state.get("log_level", "debug") if connection is not None else "debug"
     if level is not None:
         forwarded[types.LOG_LEVEL_META_KEY] = level
     return cast(types.RequestParamsMeta, forwarded) if forwarded else None
-
-
-def _connection_of(ctx: ServerRequestContext[Any, Any]) -> Any:
-    """The SDK's per-client `Connection` behind a request (not public API in mcp 2.3)."""
-    return getattr(ctx.session, "_connection", None)
 
 
 def _encode_cursor(offset: int) -> str:
@@ -138,6 +135,7 @@ class GatewayServer:
         self._listen = ListenHandler(self.bus)
         self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
         self._subscribers: dict[str, weakref.WeakSet[Any]] = {}
+        self._all_settled = False
         with warnings.catch_warnings():
             # The handshake era's logging/setLevel is deprecated at 2026-07-28 but still
             # what every 2025-era client sends; the gateway serves both eras.
@@ -172,7 +170,7 @@ class GatewayServer:
     async def _track_connection(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         """Remember handshake-era connections: they get change notifications on their own channel."""
         if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
-            connection = _connection_of(ctx)
+            connection = connection_of(ctx)
             if connection is not None:
                 self._connections.add(connection)
         return await call_next(ctx)
@@ -194,23 +192,32 @@ class GatewayServer:
             await self._notify(connection, "notifications/resources/updated", {"uri": uri})
 
     async def _on_upstream_log(self, server_id: str, params: types.LoggingMessageNotificationParams) -> None:
+        """Forward a log message to the client it concerns, and never to another one.
+
+        Inside a request it goes to that request. Outside of any request it goes to the
+        client only when exactly one handshake-era client is connected (the desktop
+        case); with several, an upstream's log lines stay in the gateway's own log.
+        """
         logger_name = f"{server_id}/{params.logger}" if params.logger else server_id
         scope = self.registry.relay.find(server_id)
         if scope is not None:
             ctx = scope.exchange.ctx if scope.exchange is not None and scope.exchange.ctx else scope.ctx
             try:
-                await ctx.session.send_log_message(params.level, params.data, logger_name, ctx.request_id)
-            except Exception:  # boundary: a log line must never fail the request it belongs to
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", MCPDeprecationWarning)
+                    await ctx.session.send_log_message(params.level, params.data, logger_name, ctx.request_id)
+            except Exception:  # noqa: BLE001 - boundary: a log line must never fail the request it belongs to
                 logger.debug("could not forward a log message from %r", server_id, exc_info=True)
             return
-        for connection in list(self._connections):
-            minimum = connection.state.get("log_level", "debug")
-            if _LEVELS.index(params.level) >= _LEVELS.index(minimum):
-                await self._notify(
-                    connection,
-                    "notifications/message",
-                    {"level": params.level, "data": params.data, "logger": logger_name},
-                )
+        connections = list(self._connections)
+        if self.registry.relay.busy(server_id) or len(connections) != 1:
+            logger.debug("log message from %r kept local (no single client to send it to): %s", server_id, params.data)
+            return
+        connection = connections[0]
+        minimum = connection.state.get("log_level", "debug")
+        if _LEVELS.index(params.level) >= _LEVELS.index(minimum):
+            message = {"level": params.level, "data": params.data, "logger": logger_name}
+            await self._notify(connection, "notifications/message", message)
 
     async def _notify(self, connection: Any, method: str, params: dict[str, Any] | None) -> None:
         try:
@@ -219,11 +226,37 @@ class GatewayServer:
             logger.debug("dropping a connection that could not take %s", method, exc_info=True)
             self._connections.discard(connection)
 
+    async def _settled(self) -> None:
+        """Let a list request made right after start-up wait (bounded) for servers still connecting.
+
+        The gateway serves at once; a server that connects later is announced with
+        list_changed. The short wait spares clients that list once and never listen.
+        """
+        if not self._all_settled:
+            await self.registry.wait_settled(self.settings.list_wait)
+            self._all_settled = all(u.settled for u in self.registry.upstreams.values())
+
+    async def _owner_settled(self, name: str) -> None:
+        """Before resolving a name at start-up, wait for the server it belongs to to connect.
+
+        A client may call a tool it knows from an earlier session before listing; that
+        call should reach the server once it is up, not fail because it is still starting.
+        """
+        if self._all_settled or name in self.registry.catalog.tools or name in self.registry.catalog.prompts:
+            return
+        owner = self.registry.owner_of(name)
+        if owner is None:
+            await self._settled()
+        elif not owner.settled:
+            with anyio.move_on_after(self.settings.startup_timeout):
+                await owner.wait_settled()
+
     # ---- tools ----------------------------------------------------------------
 
     async def _list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
+        await self._settled()
         tools, cursor = _page([e.item for e in self.registry.catalog.tools.values()], params, self.settings.page_size)
         return types.ListToolsResult(tools=tools, next_cursor=cursor)
 
@@ -231,6 +264,7 @@ class GatewayServer:
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
         try:
+            await self._owner_settled(params.name)
             upstream, original = self.registry.tool(params.name)
 
             async def send(progress: Any) -> Any:
@@ -250,6 +284,7 @@ class GatewayServer:
     async def _list_prompts(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListPromptsResult:
+        await self._settled()
         prompts, cursor = _page(
             [e.item for e in self.registry.catalog.prompts.values()], params, self.settings.page_size
         )
@@ -258,6 +293,7 @@ class GatewayServer:
     async def _get_prompt(
         self, ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams
     ) -> types.GetPromptResult | types.InputRequiredResult:
+        await self._owner_settled(params.name)
         found = self.registry.prompt(params.name)
         if found is None:
             raise MCPError(types.INVALID_PARAMS, f"Unknown prompt {params.name!r}.")
@@ -276,6 +312,7 @@ class GatewayServer:
     async def _list_resources(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
+        await self._settled()
         items = [e.item for e in self.registry.catalog.resources.values()]
         resources, cursor = _page(items, params, self.settings.page_size)
         return types.ListResourcesResult(resources=resources, next_cursor=cursor)
@@ -283,6 +320,7 @@ class GatewayServer:
     async def _list_resource_templates(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourceTemplatesResult:
+        await self._settled()
         items = [e.item for e in self.registry.catalog.templates.values()]
         templates, cursor = _page(items, params, self.settings.page_size)
         return types.ListResourceTemplatesResult(resource_templates=templates, next_cursor=cursor)
@@ -296,6 +334,7 @@ class GatewayServer:
     async def _read_resource(
         self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult | types.InputRequiredResult:
+        await self._settled()
         upstream, original = self._resource(params.uri)
 
         async def send(progress: Any) -> Any:
@@ -310,9 +349,10 @@ class GatewayServer:
     async def _subscribe(
         self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams
     ) -> types.EmptyResult:
+        await self._settled()
         upstream, original = self._resource(params.uri)
         await self._as_protocol_error(upstream.subscribe(original))
-        connection = _connection_of(ctx)
+        connection = connection_of(ctx)
         if connection is not None:
             self._subscribers.setdefault(params.uri, weakref.WeakSet()).add(connection)
         return types.EmptyResult()
@@ -322,7 +362,7 @@ class GatewayServer:
     ) -> types.EmptyResult:
         upstream, original = self._resource(params.uri)
         subscribers = self._subscribers.get(params.uri)
-        connection = _connection_of(ctx)
+        connection = connection_of(ctx)
         if subscribers is not None and connection is not None:
             subscribers.discard(connection)
         if not subscribers:
@@ -334,6 +374,7 @@ class GatewayServer:
         self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
     ) -> types.SubscriptionsListenResult:
         """Serve a 2026-07-28 listen stream; its resource subscriptions are taken upstream too."""
+        await self._settled()
         wanted = [(uri, self.registry.resource(uri)) for uri in params.notifications.resource_subscriptions or ()]
         for _uri, found in wanted:
             if found is not None:
@@ -345,6 +386,7 @@ class GatewayServer:
     async def _complete(
         self, ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams
     ) -> types.CompleteResult:
+        await self._settled()
         ref = params.ref
         if isinstance(ref, types.PromptReference):
             found = self.registry.prompt(ref.name)
@@ -369,7 +411,7 @@ class GatewayServer:
     async def _set_logging_level(
         self, ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams
     ) -> types.EmptyResult:
-        connection = _connection_of(ctx)
+        connection = connection_of(ctx)
         if connection is not None:
             connection.state["log_level"] = params.level
         return types.EmptyResult()
@@ -486,32 +528,66 @@ def build_http_app(gateway: GatewayServer, settings: Settings) -> Starlette:
     )
 
 
-async def serve_http(gateway: GatewayServer, settings: Settings, *, ready: Callable[[int], None] | None = None) -> None:
-    """Serve streamable HTTP until cancelled or interrupted."""
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without its own signal handling: the CLI owns SIGINT/SIGTERM, so that the
+    upstreams are shut down (and stdio children reaped) before the process exits."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """Bind the HTTP listening socket before anything else starts, so a busy port is one clear error."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+async def serve_http(
+    gateway: GatewayServer,
+    settings: Settings,
+    sock: socket.socket,
+    *,
+    stop: anyio.Event,
+    ready: Callable[[int], None] | None = None,
+) -> None:
+    """Serve streamable HTTP on an already bound socket until `stop` is set."""
     app = build_http_app(gateway, settings)
-    config = uvicorn.Config(
-        app,
-        host=settings.http.host,
-        port=settings.http.port,
-        log_level="warning",
-        lifespan="on",
-        timeout_graceful_shutdown=5,
-    )
-    server = uvicorn.Server(config)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
+    server = _Uvicorn(config)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(server.serve)
-        while not server.started:
+        tg.start_soon(server.serve, [sock])
+        while not server.started:  # uvicorn offers no readiness event
             if server.should_exit:
                 return
             await anyio.sleep(0.02)
-        port = server.servers[0].sockets[0].getsockname()[1] if server.servers else settings.http.port
+        port = sock.getsockname()[1]
         logger.info("serving MCP over HTTP on http://%s:%s%s", settings.http.host, port, settings.http.path)
         if ready is not None:
             ready(port)
+        await stop.wait()
+        server.should_exit = True
 
 
-async def serve_stdio(gateway: GatewayServer) -> None:
-    await gateway.run_stdio()
+async def serve_stdio(gateway: GatewayServer, *, stop: anyio.Event) -> None:
+    """Serve over stdio until the client closes stdin or `stop` is set."""
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_cancel_on, stop, tg.cancel_scope)
+        await gateway.run_stdio()
+        tg.cancel_scope.cancel()
+
+
+async def _cancel_on(event: anyio.Event, scope: anyio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
 
 
 def _version() -> str:

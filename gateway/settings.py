@@ -69,6 +69,11 @@ class Settings(BaseSettings):
     call_timeout: float = Field(
         default=60.0, gt=0, description="Default seconds per proxied request, unless a server sets `timeout`."
     )
+    list_wait: float = Field(
+        default=5.0,
+        ge=0,
+        description="Seconds a list request made at start-up waits for servers that are still connecting.",
+    )
     page_size: int = Field(
         default=500, ge=1, le=10_000, description="Items per page in the gateway's own list responses."
     )

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import random
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any, Literal, Protocol
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, Protocol, TextIO
 
 import anyio
 import mcp_types as types
@@ -35,12 +38,20 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from gateway.catalog import ServerListing
 from gateway.errors import UpstreamTimeout, UpstreamUnavailable
 
-__all__ = ["ServerState", "Upstream", "UpstreamEvents", "UpstreamSpec"]
+__all__ = ["ServerState", "Upstream", "UpstreamEvents", "UpstreamSpec", "restart_delay", "unavailable_message"]
 
 logger = logging.getLogger(__name__)
+stderr_logger = logging.getLogger("gateway.upstream.stderr")
 
 ServerState = Literal["starting", "ready", "failed", "disabled", "stopped"]
 Transport = Literal["memory", "stdio", "http", "sse"]
+
+STDERR_TAIL = 20
+"""How many of a stdio server's last stderr lines are kept for its failure reason."""
+RESTART_BACKOFF_BASE = 1.0
+"""Seconds before the first reconnection attempt; doubled after each failure."""
+RESTART_BACKOFF_MAX = 60.0
+"""The longest wait between reconnection attempts."""
 
 _MAX_PAGES = 1000
 """Upstream pagination cap: a server whose cursor never ends cannot hang a listing."""
@@ -63,6 +74,8 @@ class UpstreamSpec:
     origin: str = "config"
     """`config` for YAML servers, `plugin:<name>` for internal ones."""
     tool_filter: Callable[[str], bool] | None = None
+    protocol: Literal["auto", "legacy"] = "auto"
+    """`auto` probes 2026-07-28 `server/discover` first; `legacy` goes straight to `initialize`."""
 
     @property
     def display_name(self) -> str:
@@ -152,8 +165,11 @@ class Upstream:
         *,
         startup_timeout: float = 30.0,
         call_timeout: float = 60.0,
+        relay_requests: bool = True,
     ) -> None:
         self.spec = spec
+        self.relay_requests = relay_requests
+        """Whether to offer sampling, elicitation and roots upstream (only when a client can answer)."""
         self.events = events
         self.startup_timeout = startup_timeout
         self.call_timeout = spec.timeout if spec.timeout is not None else call_timeout
@@ -171,13 +187,24 @@ class Upstream:
         self._refresh = anyio.Event()
         self._subscriptions: set[str] = set()
         self._resubscribe = anyio.Event()
+        self._listen_acknowledged = anyio.Event()
         self._ready = anyio.Event()
+        self._transport_error: str | None = None
+        self.retry_at: datetime | None = None
+        """When the next reconnection attempt is due, while the server is failed."""
+        self.stderr_tail: list[str] = []
+        """The last lines a stdio server wrote to stderr."""
 
     @property
     def id(self) -> str:
         return self.spec.id
 
     # ---- lifecycle ------------------------------------------------------------
+
+    @property
+    def settled(self) -> bool:
+        """Whether the first connection attempt has succeeded or failed."""
+        return self._ready.is_set()
 
     async def wait_settled(self) -> None:
         """Wait until the first connection attempt has succeeded or failed."""
@@ -187,55 +214,114 @@ class Upstream:
         self._stop.set()
 
     async def run(self) -> None:
-        """Connect, serve until stopped or until the connection dies. Never raises."""
+        """Connect and serve; reconnect with backoff whenever the connection fails. Never raises."""
         if not self.spec.enabled:
             self._ready.set()
             return
-        try:
-            await self._serve()
-        except Exception as exc:  # boundary: one upstream's failure must not reach the others
-            logger.warning("server %r failed: %s", self.id, _describe(exc), exc_info=logger.isEnabledFor(10))
-            await self._set_state("failed", _describe(exc))
-        finally:
-            self._client = None
-            self._ready.set()
-            if self.state in ("starting", "ready"):
-                await self._set_state("stopped", "the gateway stopped")
+        failures = 0
+        while not self._stop.is_set():
+            connected_since = anyio.current_time()
+            try:
+                await self._serve()
+            except Exception as exc:  # noqa: BLE001 - boundary: one upstream's failure must not reach the others
+                logger.debug("server %r failed", self.id, exc_info=True)
+                await self._set_state("failed", self._reason(exc))
+            finally:
+                self._client = None
+                self._ready.set()
+            if self._stop.is_set():
+                break
+            # A connection that lived a while starts the backoff over.
+            failures = 1 if anyio.current_time() - connected_since > RESTART_BACKOFF_MAX else failures + 1
+            delay = restart_delay(failures)
+            self.retry_at = datetime.now(UTC) + timedelta(seconds=delay)
+            with anyio.move_on_after(delay):
+                await self._stop.wait()
+            self.retry_at = None
+            self._closed = anyio.Event()
+            self._transport_error = None
+            if not self._stop.is_set():
+                await self._set_state("starting", f"reconnecting (attempt {failures + 1})")
+        if self.state in ("starting", "ready"):
+            await self._set_state("stopped", "the gateway stopped")
+
+    def _reason(self, exc: BaseException) -> str:
+        """One line saying why the connection failed, with what the server itself said."""
+        reason = _describe(exc)
+        if self._transport_error:
+            reason += f"; the server sent something that is not MCP: {self._transport_error}"
+        if self.stderr_tail:
+            reason += f"; its last stderr line: {self.stderr_tail[-1]}"
+        if isinstance(exc, FileNotFoundError) and self.spec.transport == "stdio":
+            command = getattr(self.spec.target, "command", "")
+            if " " in command:
+                reason += " (the command contains spaces: put its arguments in `args`)"
+        return reason
 
     async def _serve(self) -> None:
         started = time.perf_counter()
         connected = False
-        # One scope for the session's whole life: its deadline bounds connecting, then is
-        # lifted. (A scope around just the connect would exit before the session's own
-        # task groups, which anyio forbids.)
-        with anyio.CancelScope(deadline=anyio.current_time() + self.startup_timeout) as scope:
-            async with self._make_client() as client:
-                self._client = client
-                self.protocol_version = client.protocol_version
-                self.server_info = client.server_info
-                self.instructions = client.instructions
-                self.listing = await self._fetch_listing(client)
-                scope.deadline = math.inf
-                connected = True
-                self.connect_ms = (time.perf_counter() - started) * 1000
-                await self._set_state("ready", None)
-                self._ready.set()
-                await self.events.listing_changed(self)
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(self._refresh_worker, client)
-                    if self.protocol_version in MODERN_PROTOCOL_VERSIONS:
-                        tg.start_soon(self._listen_worker, client)
-                    with anyio.CancelScope() as watch:
-                        tg.start_soon(_cancel_when, self._stop, watch)
-                        tg.start_soon(_cancel_when, self._closed, watch)
-                        await anyio.sleep_forever()
-                    tg.cancel_scope.cancel()
+        errlog = self._stderr_pipe() if self.spec.transport == "stdio" else None
+        try:
+            # One scope for the session's whole life: its deadline bounds connecting, then is
+            # lifted. (A scope around just the connect would exit before the session's own
+            # task groups, which anyio forbids.)
+            with anyio.CancelScope(deadline=anyio.current_time() + self.startup_timeout) as scope:
+                connected = await self._serve_client(self._make_client(errlog), scope, started)
+        finally:
+            if errlog is not None:
+                errlog.close()
         if not connected:
             raise TimeoutError(f"did not finish connecting within {self.startup_timeout:g} s")
         if self._closed.is_set() and not self._stop.is_set():
             raise ConnectionError("the server closed the connection")
 
-    def _make_client(self) -> Client:
+    async def _serve_client(self, session: Client, scope: anyio.CancelScope, started: float) -> bool:
+        """Connect, list, then serve until stopped or closed. Returns whether it connected."""
+        async with session as client:
+            self._client = client
+            self.protocol_version = client.protocol_version
+            self.server_info = client.server_info
+            self.instructions = client.instructions
+            self.listing = await self._fetch_listing(client)
+            scope.deadline = math.inf
+            connected = True
+            self.connect_ms = (time.perf_counter() - started) * 1000
+            await self._set_state("ready", None)
+            # Announce the listing before marking the attempt settled, so that a request
+            # waiting for start-up sees this server's items.
+            await self.events.listing_changed(self)
+            self._ready.set()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._refresh_worker, client)
+                if self.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                    tg.start_soon(self._listen_worker, client)
+                with anyio.CancelScope() as watch:
+                    tg.start_soon(_cancel_when, self._stop, watch)
+                    tg.start_soon(_cancel_when, self._closed, watch)
+                    await anyio.sleep_forever()
+                tg.cancel_scope.cancel()
+        return connected
+
+    def _stderr_pipe(self) -> TextIO:
+        """A pipe for a stdio child's stderr: each line is logged under the server's name and kept.
+
+        Without it a failing server's own explanation goes to the gateway's stderr with
+        no name on it, and the failure reason says only "connection closed".
+        """
+        read_fd, write_fd = os.pipe()
+        threading.Thread(target=self._pump_stderr, args=(read_fd,), name=f"stderr {self.id}", daemon=True).start()
+        return os.fdopen(write_fd, "w")
+
+    def _pump_stderr(self, read_fd: int) -> None:
+        with os.fdopen(read_fd, "r", errors="replace") as pipe:
+            for raw in pipe:
+                line = raw.rstrip()
+                if line:
+                    self.stderr_tail = [*self.stderr_tail[-(STDERR_TAIL - 1) :], line]
+                    stderr_logger.info("[%s] %s", self.id, line)
+
+    def _make_client(self, errlog: TextIO | None) -> Client:
         spec = self.spec
         target: Any
         if spec.transport == "memory":
@@ -244,19 +330,25 @@ class Upstream:
             assert isinstance(spec.target, StdioServerParameters)
             from mcp.client.stdio import stdio_client
 
-            target = _watched(stdio_client(spec.target, errlog=sys.stderr), self._closed)
+            target = _watched(stdio_client(spec.target, errlog=errlog or sys.stderr), self._closed)
         elif spec.transport == "http":
             assert isinstance(spec.target, str)
             target = _watched(_http_transport(spec.target, spec.headers), self._closed)
         else:
             assert isinstance(spec.target, str)
             target = _watched(sse_client(spec.target, headers=dict(spec.headers)), self._closed)
+        relay: dict[str, Any] = {}
+        if self.relay_requests:
+            relay = {
+                "sampling_callback": self._on_sampling,
+                "elicitation_callback": self._on_elicitation,
+                "list_roots_callback": self._on_list_roots,
+            }
         return Client(
             target,
-            sampling_callback=self._on_sampling,
-            elicitation_callback=self._on_elicitation,
-            list_roots_callback=self._on_list_roots,
+            mode=spec.protocol,
             logging_callback=self._on_log,
+            **relay,
             message_handler=self._on_message,
             client_info=types.Implementation(name="mcp-gateway", version=_version()),
             read_timeout_seconds=None,
@@ -306,6 +398,7 @@ class Upstream:
         caps = client.server_capabilities
         while True:
             self._resubscribe = anyio.Event()
+            acknowledged = self._listen_acknowledged
             try:
                 async with client.listen(
                     tools_list_changed=bool(caps.tools and caps.tools.list_changed),
@@ -313,6 +406,7 @@ class Upstream:
                     resources_list_changed=bool(caps.resources and caps.resources.list_changed),
                     resource_subscriptions=sorted(self._subscriptions),
                 ) as subscription:
+                    acknowledged.set()
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(_cancel_when, self._resubscribe, tg.cancel_scope)
                         async for _event in subscription:
@@ -330,7 +424,9 @@ class Upstream:
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, Exception):
-            logger.debug("server %r: transport error: %s", self.id, message)
+            if self._transport_error is None:
+                logger.warning("server %r sent something that is not MCP: %s", self.id, _describe(message))
+            self._transport_error = _describe(message)
             return
         notification = message
         if isinstance(
@@ -412,16 +508,24 @@ class Upstream:
             return
         self._subscriptions.add(uri)
         if self.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            self._resubscribe.set()
+            await self._relisten()
         else:
             await self.request("resources/subscribe", lambda c: c.session.subscribe_resource(uri))
+
+    async def _relisten(self) -> None:
+        """Re-open the listen stream with the current subscriptions; wait (bounded) for its ack,
+        so that an update published right after `resources/subscribe` returns is not missed."""
+        acknowledged = self._listen_acknowledged = anyio.Event()
+        self._resubscribe.set()
+        with anyio.move_on_after(self.call_timeout):
+            await acknowledged.wait()
 
     async def unsubscribe(self, uri: str) -> None:
         if uri not in self._subscriptions:
             return
         self._subscriptions.discard(uri)
         if self.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            self._resubscribe.set()
+            await self._relisten()
         else:
             await self.request("resources/unsubscribe", lambda c: c.session.unsubscribe_resource(uri))
 
@@ -441,6 +545,24 @@ async def _all_pages(fetch: Callable[..., Awaitable[Any]], items: Callable[[Any]
         if not cursor:
             break
     return collected
+
+
+def unavailable_message(upstream: Upstream) -> str:
+    """A sentence for a model: which server is down, why, and when it will be retried."""
+    reason = f": {upstream.reason}" if upstream.reason else ""
+    text = f"Server {upstream.id!r} is not available ({upstream.state}{reason})."
+    if upstream.retry_at is not None:
+        seconds = max(0.0, (upstream.retry_at - datetime.now(UTC)).total_seconds())
+        text += f" The gateway reconnects in {seconds:.0f} s; try again after that."
+    elif upstream.state == "starting":
+        text += " It is still connecting; try again in a few seconds."
+    return text
+
+
+def restart_delay(failures: int) -> float:
+    """Exponential backoff with jitter: about 1, 2, 4 ... seconds, at most a minute."""
+    base = min(RESTART_BACKOFF_MAX, RESTART_BACKOFF_BASE * 2 ** (failures - 1))
+    return float(base * random.uniform(0.5, 1.0))
 
 
 def _describe(exc: BaseException) -> str:

@@ -129,7 +129,7 @@ def test_a_broken_plugin_does_not_stop_the_gateway(tmp_path: Path) -> None:
         ("mcps:\n  a:\n    comand: x\n", "did you mean 'command'"),
         ("mcps:\n  a:\n    url: http://h/mcp\n    headers: {X: '${NOPE_NOT_SET}'}\n", "NOPE_NOT_SET is not set"),
         ("mcps:\n  a: {}\n", "gw.yaml:2: mcps.a"),
-        ("servers: {}\n", "did you mean"),
+        ("mcp: {}\n", "did you mean 'mcps'"),
     ],
     ids=["syntax", "bad-timeout", "typo", "missing-env", "no-transport", "unknown-top-level"],
 )

@@ -7,6 +7,7 @@ import pickle
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from gateway.config import ConfigError, GatewayConfig, ServerConfig, ToolFilter, load_config, parse_config
 
@@ -113,14 +114,78 @@ def test_a_url_makes_a_streamable_http_server() -> None:
     ("given", "expected"),
     [
         ("http", "http"),
+        ("streamableHttp", "http"),
         ("streamable-http", "http"),
         ("streamable_http", "http"),
+        ("shttp", "http"),
+        ("HTTP", "http"),
+        ("StreamableHTTP", "http"),
+        ("Streamable-Http", "http"),
+        ("SHTTP", "http"),
         ("sse", "sse"),
     ],
 )
 def test_an_explicit_url_transport_is_normalised(given: str, expected: str) -> None:
     s = server(f"mcps:\n  s:\n    url: https://example.com/x\n    transport: {given}\n")
     assert s.transport == expected
+
+
+@pytest.mark.parametrize(("given", "expected"), [("stdio", "stdio"), ("streamableHttp", "http"), ("sse", "sse")])
+def test_type_is_a_synonym_of_transport_under_mcps(given: str, expected: str) -> None:
+    where = "command: x" if expected == "stdio" else "url: https://example.com/x"
+    s = server(f"mcps:\n  s:\n    {where}\n    type: {given}\n")
+    assert s.transport == expected
+
+
+def test_both_type_and_transport_under_mcps_is_an_error() -> None:
+    err = error_for("mcps:\n  s:\n    url: http://x\n    transport: sse\n    type: sse\n")
+    assert str(err) == "external-mcps.yaml:5: mcps.s.type: give either `transport` or `type`, not both"
+
+
+def test_a_type_that_disagrees_with_command_is_an_error_at_type() -> None:
+    err = error_for("mcps:\n  s:\n    command: x\n    type: http\n")
+    assert str(err) == "external-mcps.yaml:4: mcps.s.type: transport http needs `url`, but this server has `command`"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:9000/sse",
+        "http://127.0.0.1:9000/sse/",
+        "http://127.0.0.1:9000/sse?session=1",
+        "http://127.0.0.1:9000/sse/?session=1",
+        "https://example.com/v1/sse#x",
+    ],
+)
+def test_a_url_ending_in_sse_makes_an_sse_server(url: str) -> None:
+    assert server(f"mcps:\n  s:\n    url: '{url}'\n").transport == "sse"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://example.com/mcp",
+        "https://example.com/",
+        "https://example.com",
+        "https://example.com/sse/mcp",
+        "https://example.com/mysse",
+        "https://example.com/mcp?transport=/sse",
+        "https://sse.example.com/mcp",
+    ],
+)
+def test_any_other_url_makes_a_streamable_http_server(url: str) -> None:
+    assert server(f"mcps:\n  s:\n    url: '{url}'\n").transport == "http"
+
+
+def test_an_explicit_http_transport_overrides_an_sse_looking_url() -> None:
+    for section, key in (("mcps", "transport"), ("mcps", "type"), ("mcpServers", "type"), ("servers", "type")):
+        s = server(f"{section}:\n  s:\n    url: http://127.0.0.1:9000/sse\n    {key}: http\n")
+        assert s.transport == "http"
+
+
+def test_the_sse_guess_looks_at_the_url_after_interpolation() -> None:
+    s = server("mcps:\n  s:\n    url: 'http://127.0.0.1:9000/${ENDPOINT}'\n", {"ENDPOINT": "sse"})
+    assert s.transport == "sse"
 
 
 def test_an_explicit_stdio_transport_is_accepted_with_a_command() -> None:
@@ -139,9 +204,109 @@ def test_a_transport_that_disagrees_with_url_is_an_error() -> None:
     assert "transport stdio needs `command`" in err.message
 
 
-def test_an_unknown_transport_is_an_error() -> None:
-    err = error_for("mcps:\n  s:\n    url: http://x\n    transport: websocket\n")
-    assert str(err) == ("external-mcps.yaml:4: mcps.s.transport: must be one of stdio, http (streamable-http), sse")
+@pytest.mark.parametrize(("key", "value"), [("transport", "websocket"), ("type", "streamable http"), ("type", "1")])
+def test_an_unknown_transport_is_an_error_listing_the_accepted_ones(key: str, value: str) -> None:
+    err = error_for(f"mcps:\n  s:\n    url: http://x\n    {key}: {value}\n")
+    assert str(err) == (
+        f"external-mcps.yaml:4: mcps.s.{key}: must be stdio, sse or http "
+        "(http may also be written streamableHttp, streamable-http, streamable_http or shttp)"
+    )
+
+
+# --- protocol ---------------------------------------------------------------------------------
+
+
+def test_protocol_defaults_to_auto() -> None:
+    assert server("mcps:\n  s:\n    command: x\n").protocol == "auto"
+    assert ServerConfig.model_validate({"id": "s", "transport": "stdio", "command": "x"}).protocol == "auto"
+
+
+@pytest.mark.parametrize("section", ["mcps", "mcpServers", "servers"])
+@pytest.mark.parametrize("value", ["auto", "legacy"])
+def test_protocol_is_accepted_in_every_server_section(section: str, value: str) -> None:
+    s = server(f"{section}:\n  s:\n    url: https://example.com/mcp\n    protocol: {value}\n")
+    assert s.protocol == value
+
+
+@pytest.mark.parametrize("bad", ["modern", "Legacy", "true", "2025-06-18"])
+def test_an_invalid_protocol_names_the_key_and_the_allowed_values(bad: str) -> None:
+    err = error_for(f"mcps:\n  ok:\n    command: x\n  s:\n    command: x\n    protocol: {bad}\n")
+    assert str(err) == "external-mcps.yaml:6: mcps.s.protocol: must be one of auto, legacy"
+
+
+def test_an_invalid_protocol_under_mcp_servers_names_that_key_path() -> None:
+    err = error_for("mcpServers:\n  s:\n    command: x\n    protocol: new\n")
+    assert str(err) == "external-mcps.yaml:4: mcpServers.s.protocol: must be one of auto, legacy"
+
+
+def test_server_config_itself_refuses_an_unknown_protocol() -> None:
+    with pytest.raises(ValidationError):
+        ServerConfig.model_validate({"id": "s", "transport": "stdio", "command": "x", "protocol": "modern"})
+
+
+# --- a whole command line in `command` --------------------------------------------------------
+
+
+def test_a_command_with_spaces_and_no_args_is_an_error_showing_the_split() -> None:
+    err = error_for('mcps:\n  s:\n    command: "node /srv/server.js --port 3"\n    env: {A: b}\n')
+    assert (err.line, err.key) == (3, "mcps.s.command")
+    assert err.message == (
+        'command "node /srv/server.js --port 3" contains spaces; put the program in command and its '
+        'arguments in args, e.g. command: node, args: ["/srv/server.js", "--port", "3"]'
+    )
+
+
+def test_the_suggested_split_follows_shell_quoting() -> None:
+    err = error_for("mcpServers:\n  s:\n    command: npx -y 'my server' --name=\"a b\"\n    args: []\n")
+    assert (err.line, err.key) == (3, "mcpServers.s.command")
+    assert err.message.endswith('e.g. command: npx, args: ["-y", "my server", "--name=a b"]')
+
+
+def test_a_command_with_unbalanced_quotes_is_still_split_on_spaces() -> None:
+    err = error_for("mcps:\n  s:\n    command: node 'server.js\n")
+    assert err.message.endswith("""e.g. command: node, args: ["'server.js"]""")
+
+
+def test_a_command_with_spaces_and_args_is_left_alone() -> None:
+    s = server("mcps:\n  s:\n    command: /opt/My Tools/server\n    args: [--stdio]\n")
+    assert (s.command, s.args) == ("/opt/My Tools/server", ["--stdio"])
+
+
+def test_a_command_with_spaces_that_is_an_existing_file_is_accepted(tmp_path: Path) -> None:
+    program = tmp_path / "My Tools" / "server"
+    program.parent.mkdir()
+    program.write_text("#!/bin/sh\n")
+    s = server(f"mcps:\n  s:\n    command: '{program}'\n")
+    assert (s.command, s.args) == (str(program), [])
+
+
+def test_a_command_with_spaces_that_is_a_file_under_cwd_is_accepted(tmp_path: Path) -> None:
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "my server").write_text("#!/bin/sh\n")
+    s = server(f"mcps:\n  s:\n    command: 'bin/my server'\n    cwd: '{tmp_path}'\n")
+    assert s.command == "bin/my server"
+
+
+def test_surrounding_spaces_alone_do_not_count_as_a_command_line() -> None:
+    assert server("mcps:\n  s:\n    command: ' uvx '\n").command == " uvx "
+
+
+def test_the_command_line_error_masks_interpolated_parts() -> None:
+    text = "mcps:\n  s:\n    command: ${BIN} --token ${TOKEN}\n"
+    err = error_for(text, {"BIN": "/usr/bin/tool", "TOKEN": "tok_TOPSECRET"})
+    assert "TOPSECRET" not in str(err) and "/usr/bin/tool" not in str(err)
+    assert err.message == (
+        'command "*** --token ***" contains spaces; put the program in command and its arguments in args, '
+        'e.g. command: ***, args: ["--token", "***"]'
+    )
+
+
+def test_spaces_that_come_only_from_a_variable_are_reported_without_its_value() -> None:
+    err = error_for("mcps:\n  s:\n    command: ${CMD}\n", {"CMD": "node server.js"})
+    assert str(err) == (
+        "external-mcps.yaml:3: mcps.s.command: contains spaces after ${...} substitution; "
+        "put the program in command and its arguments in args"
+    )
 
 
 def test_both_command_and_url_is_an_error_at_the_server_key() -> None:
@@ -388,6 +553,68 @@ def test_both_type_and_transport_is_an_error() -> None:
     assert (err.line, err.key) == (5, "mcpServers.s.type")
 
 
+# --- VS Code mcp.json layout ------------------------------------------------------------------
+
+
+def test_a_vs_code_mcp_json_file_loads(tmp_path: Path) -> None:
+    vscode = {
+        "inputs": [{"type": "promptString", "id": "api-key", "description": "API key", "password": True}],
+        "servers": {
+            "fetch": {"type": "stdio", "command": "uvx", "args": ["mcp-server-fetch"], "env": {"A": "b"}},
+            "remote": {"type": "http", "url": "https://example.com/mcp", "headers": {"X-Team": "t"}},
+            "old": {"type": "sse", "url": "https://example.com/events", "protocol": "legacy"},
+        },
+    }
+    config = load_config(write(tmp_path, json.dumps(vscode, indent="\t"), "mcp.json"), {})
+
+    assert list(config.servers) == ["fetch", "remote", "old"]
+    fetch, remote, old = config.servers.values()
+    assert (fetch.transport, fetch.command, fetch.args, fetch.env) == ("stdio", "uvx", ["mcp-server-fetch"], {"A": "b"})
+    assert (remote.transport, remote.url, remote.headers) == ("http", "https://example.com/mcp", {"X-Team": "t"})
+    assert (old.transport, old.protocol) == ("sse", "legacy")
+
+
+def test_servers_takes_the_same_keys_as_mcp_servers() -> None:
+    text = "servers:\n  a:\n    command: x\n    disabled: true\n  b:\n    url: http://h/sse\n"
+    config = parse_config(text, Path("mcp.json"), {})
+    assert config.servers["a"].enabled is False
+    assert config.servers["b"].transport == "sse"
+
+
+def test_an_empty_servers_section_loads() -> None:
+    for text in ("servers: {}\n", "servers:\n", "inputs: []\nservers: {}\n"):
+        config = parse_config(text, Path("mcp.json"), {})
+        assert config.servers == {}
+
+
+def test_the_same_id_in_servers_and_mcps_is_an_error() -> None:
+    err = error_for("mcps:\n  a:\n    command: x\nservers:\n  a:\n    command: y\n")
+    assert str(err) == "external-mcps.yaml:5: servers.a: server 'a' is also defined under mcps (line 2)"
+
+
+def test_an_unknown_key_under_servers_names_its_path() -> None:
+    err = error_for("servers:\n  s:\n    command: x\n    gallery: true\n")
+    assert (err.line, err.key) == (4, "servers.s.gallery")
+
+
+def test_inputs_is_ignored_whatever_it_holds() -> None:
+    text = "inputs:\n  - {type: promptString, id: 'x', description: '${input:y}'}\nmcps:\n  s:\n    command: x\n"
+    assert list(parse_config(text, Path("x.yaml"), {}).servers) == ["s"]
+
+
+def test_an_input_reference_is_an_error_naming_the_key() -> None:
+    text = 'servers:\n  s:\n    url: https://x/mcp\n    headers:\n      Authorization: "Bearer ${input:api-key}"\n'
+    err = error_for(text)
+    assert str(err) == (
+        "external-mcps.yaml:5: servers.s.headers.Authorization: ${input:api-key} is a VS Code input, "
+        "which the gateway does not support; use an environment variable (${NAME}) or `credentials` instead"
+    )
+
+
+def test_a_variable_named_input_with_a_default_is_still_a_variable() -> None:
+    assert server("mcps:\n  s:\n    command: x\n    args: ['${input:-fallback}']\n").args == ["fallback"]
+
+
 # --- enabled / disabled -----------------------------------------------------------------------
 
 
@@ -411,14 +638,29 @@ def test_an_unknown_top_level_key_suggests_the_close_one() -> None:
     assert str(err) == "external-mcps.yaml:1: mcp: unknown key 'mcp' (did you mean 'mcps'?)"
 
 
+def test_an_unknown_top_level_key_suggests_the_close_one_even_when_empty() -> None:
+    for text, close in (("mcp: {}\n", "mcps"), ("server: {}\n", "servers"), ("input: []\n", "inputs")):
+        assert error_for(text).message.endswith(f"(did you mean {close!r}?)")
+
+
 def test_an_unknown_top_level_key_without_a_close_one_lists_the_known_keys() -> None:
     err = error_for("mcps: {}\nwhatever: 1\n")
-    assert str(err) == "external-mcps.yaml:2: whatever: unknown key 'whatever'; known keys: mcps, mcpServers, plugins"
+    assert str(err) == (
+        "external-mcps.yaml:2: whatever: unknown key 'whatever'; known keys: mcps, mcpServers, servers, inputs, plugins"
+    )
 
 
 def test_an_unknown_server_key_suggests_the_close_one() -> None:
     err = error_for("mcps:\n  s:\n    command: x\n    timeuot: 5\n")
     assert str(err) == "external-mcps.yaml:4: mcps.s.timeuot: unknown key 'timeuot' (did you mean 'timeout'?)"
+
+
+def test_an_unknown_server_key_without_a_close_one_lists_the_known_keys_including_the_new_ones() -> None:
+    err = error_for("mcps:\n  s:\n    command: x\n    zzz: 1\n")
+    assert err.message == (
+        "unknown key 'zzz'; known keys: name, description, command, args, env, cwd, url, headers, transport, type, "
+        "protocol, credentials, capabilities, enabled, timeout, tools, prefix"
+    )
 
 
 def test_claude_only_keys_are_unknown_under_mcps() -> None:
