@@ -26,6 +26,7 @@ import uvicorn
 from mcp.server import NotificationOptions, Server, ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult
 from mcp.server.models import InitializationOptions
+from mcp.server.runner import serve_dual_era_loop
 from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import (
     InMemorySubscriptionBus,
@@ -41,6 +42,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.applications import Starlette
 
+from gateway.catalog import expose_uri
 from gateway.errors import GatewayError, error_result
 from gateway.registry import ChangeKind, Registry
 from gateway.relay import Exchange, ExchangeTable, connection_of
@@ -53,6 +55,10 @@ logger = logging.getLogger(__name__)
 
 _LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
 _LOOPBACK_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
+_INSTRUCTIONS = (
+    "This endpoint aggregates several MCP servers. Tool and prompt names are "
+    "'<server>__<name>'; resource URIs are '<server>+<uri>'."
+)
 RESOURCE_NOT_FOUND = -32002
 """The MCP specification's error code for an unknown resource URI."""
 _RESERVED_META_PREFIX = "io.modelcontextprotocol/"
@@ -143,10 +149,7 @@ class GatewayServer:
             self.server = _GatewayLowLevelServer(
                 "mcp-gateway",
                 version=_version(),
-                instructions=(
-                    "This endpoint aggregates several MCP servers. Tool and prompt names are "
-                    "'<server>__<name>'; resource URIs are '<server>+<uri>'."
-                ),
+                instructions=_INSTRUCTIONS,
                 on_list_tools=self._list_tools,
                 on_call_tool=self._call_tool,
                 on_list_prompts=self._list_prompts,
@@ -161,6 +164,7 @@ class GatewayServer:
                 on_set_logging_level=self._set_logging_level,
             )
         self.server.middleware.append(self._track_connection)
+        self.server.instructions = self._instructions()
         registry.change_listeners.append(self._on_catalog_change)
         registry.resource_listeners.append(self._on_resource_updated)
         registry.log_listeners.append(self._on_upstream_log)
@@ -168,14 +172,30 @@ class GatewayServer:
     # ---- connections and notifications -----------------------------------------
 
     async def _track_connection(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        """Remember handshake-era connections: they get change notifications on their own channel."""
+        """Remember handshake-era connections: they get change notifications on their own channel.
+
+        The handshake itself waits (bounded) for servers still connecting, so that the
+        instructions it carries include theirs.
+        """
+        if ctx.method in ("initialize", "server/discover"):
+            await self._settled()
         if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             connection = connection_of(ctx)
             if connection is not None:
                 self._connections.add(connection)
         return await call_next(ctx)
 
+    def _instructions(self) -> str:
+        """The gateway's own instructions, then each connected server's, under its name."""
+        parts = [_INSTRUCTIONS]
+        for upstream in self.registry.upstreams.values():
+            if upstream.state == "ready" and upstream.instructions:
+                prefix = f" (tools '{upstream.spec.prefix}__*')" if upstream.spec.prefix else ""
+                parts.append(f"## {upstream.id}{prefix}\n{upstream.instructions.strip()}")
+        return "\n\n".join(parts)
+
     async def _on_catalog_change(self, kinds: set[ChangeKind]) -> None:
+        self.server.instructions = self._instructions()
         events: dict[str, ServerEvent] = {
             "tools": ToolsListChanged(),
             "prompts": PromptsListChanged(),
@@ -268,12 +288,13 @@ class GatewayServer:
             upstream, original = self.registry.tool(params.name)
 
             async def send(progress: Any) -> Any:
-                return await upstream.request(
+                result = await upstream.request(
                     f"tools/call {params.name!r}",
                     lambda c: c.call_tool(
                         original, params.arguments, progress_callback=progress, meta=_forwarded_meta(ctx)
                     ),
                 )
+                return _expose_result_uris(result, upstream.spec.prefix)
 
             return await self._interactive(ctx, params, upstream, send)
         except GatewayError as exc:
@@ -300,10 +321,15 @@ class GatewayServer:
         upstream, original = found
 
         async def send(progress: Any) -> Any:
-            return await upstream.request(
+            result = await upstream.request(
                 f"prompts/get {params.name!r}",
                 lambda c: c.get_prompt(original, params.arguments, meta=_forwarded_meta(ctx)),
             )
+            messages = [
+                m.model_copy(update={"content": _expose_block(m.content, upstream.spec.prefix)})
+                for m in result.messages
+            ]
+            return result.model_copy(update={"messages": messages})
 
         return await self._as_protocol_error(self._interactive(ctx, params, upstream, send))
 
@@ -342,7 +368,7 @@ class GatewayServer:
                 f"resources/read {params.uri!r}",
                 lambda c: c.read_resource(original, meta=_forwarded_meta(ctx), cache_mode="bypass"),
             )
-            return _rename_contents(result, original, params.uri)
+            return _rename_contents(result, original, params.uri, upstream.spec.prefix)
 
         return await self._as_protocol_error(self._interactive(ctx, params, upstream, send))
 
@@ -476,8 +502,10 @@ class GatewayServer:
     # ---- transports ----------------------------------------------------------------
 
     async def run_stdio(self) -> None:
-        async with stdio_server() as (read_stream, write_stream):
-            await self.server.run(read_stream, write_stream, self.server.create_initialization_options())
+        # No fixed initialization options: the handshake reads them when it happens, so the
+        # instructions include the servers that have connected by then.
+        async with stdio_server() as (read_stream, write_stream), self.server.lifespan(self.server) as state:
+            await serve_dual_era_loop(self.server, read_stream, write_stream, lifespan_state=state)
 
 
 def _may_be_asked(ctx: ServerRequestContext[Any, Any]) -> bool:
@@ -502,10 +530,36 @@ def _progress_forwarder(current: Callable[[], ServerRequestContext[Any, Any]]) -
     return forward
 
 
-def _rename_contents(result: types.ReadResourceResult, original: str, exposed: str) -> types.ReadResourceResult:
-    """Contents carry the URI the client asked for, so it can match them to its request."""
-    contents = [c.model_copy(update={"uri": exposed}) if c.uri == original else c for c in result.contents]
+def _rename_contents(
+    result: types.ReadResourceResult, original: str, requested: str, prefix: str
+) -> types.ReadResourceResult:
+    """Contents carry the URI the client asked for (or, for sub-resources, their exposed URI)."""
+    contents = [
+        c.model_copy(update={"uri": requested if c.uri == original else expose_uri(prefix, c.uri)})
+        for c in result.contents
+    ]
     return result.model_copy(update={"contents": contents})
+
+
+def _expose_block(block: Any, prefix: str) -> Any:
+    """A content block whose resource URI (link or embedded) is the one clients can read back."""
+    if not prefix:
+        return block
+    if isinstance(block, types.ResourceLink):
+        return block.model_copy(update={"uri": expose_uri(prefix, block.uri)})
+    if isinstance(block, types.EmbeddedResource):
+        resource = block.resource.model_copy(update={"uri": expose_uri(prefix, block.resource.uri)})
+        return block.model_copy(update={"resource": resource})
+    return block
+
+
+def _expose_result_uris(result: Any, prefix: str) -> Any:
+    """Rewrite resource URIs in a tool result, so `resources/read` on them reaches the right server."""
+    if not isinstance(result, types.CallToolResult) or not prefix:
+        return result
+    if not any(isinstance(b, types.ResourceLink | types.EmbeddedResource) for b in result.content):
+        return result
+    return result.model_copy(update={"content": [_expose_block(b, prefix) for b in result.content]})
 
 
 def transport_security(settings: Settings) -> TransportSecuritySettings:

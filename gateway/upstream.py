@@ -17,6 +17,7 @@ import random
 import sys
 import threading
 import time
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.server import MCPServer, Server
 from mcp.shared._httpx_utils import create_mcp_http_client
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from gateway.catalog import ServerListing
@@ -510,7 +511,7 @@ class Upstream:
         if self.protocol_version in MODERN_PROTOCOL_VERSIONS:
             await self._relisten()
         else:
-            await self.request("resources/subscribe", lambda c: c.session.subscribe_resource(uri))
+            await self.request("resources/subscribe", lambda c: _legacy(c.session.subscribe_resource, uri))
 
     async def _relisten(self) -> None:
         """Re-open the listen stream with the current subscriptions; wait (bounded) for its ack,
@@ -527,7 +528,7 @@ class Upstream:
         if self.protocol_version in MODERN_PROTOCOL_VERSIONS:
             await self._relisten()
         else:
-            await self.request("resources/unsubscribe", lambda c: c.session.unsubscribe_resource(uri))
+            await self.request("resources/unsubscribe", lambda c: _legacy(c.session.unsubscribe_resource, uri))
 
 
 async def _cancel_when(event: anyio.Event, scope: anyio.CancelScope) -> None:
@@ -545,6 +546,13 @@ async def _all_pages(fetch: Callable[..., Awaitable[Any]], items: Callable[[Any]
         if not cursor:
             break
     return collected
+
+
+async def _legacy(method: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+    """Call an SDK method that 2026-07-28 deprecates but handshake-era servers still need."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        return await method(*args)
 
 
 def unavailable_message(upstream: Upstream) -> str:

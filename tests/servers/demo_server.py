@@ -8,7 +8,9 @@ ones print `PORT=<n>` on stdout once listening on 127.0.0.1; paths `/mcp` and `/
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Annotated
 
@@ -99,6 +101,27 @@ def create_server(name: str = "demo") -> MCPServer:
         return "not cancelled"
 
     @mcp.tool()
+    def link_readme() -> list[types.ContentBlock]:
+        """Return a link to demo://readme and the readme embedded."""
+        return [
+            types.ResourceLink(type="resource_link", uri="demo://readme", name="readme"),
+            types.EmbeddedResource(
+                type="resource", resource=types.TextResourceContents(uri="demo://readme", text=f"{name} readme")
+            ),
+        ]
+
+    @mcp.tool()
+    async def ask_llm_after(question: str, delay: float, ctx: Context) -> str:
+        """Wait, then ask the client's LLM mid-call (handshake-era sampling request)."""
+        await anyio.sleep(delay)
+        message = types.SamplingMessage(role="user", content=types.TextContent(type="text", text=question))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = await ctx.request_context.session.create_message([message], max_tokens=20)
+        content = result.content
+        return f"LLM said: {content.text if isinstance(content, types.TextContent) else content}"
+
+    @mcp.tool()
     async def sleep(seconds: float) -> str:
         """Sleep, then answer."""
         await anyio.sleep(seconds)
@@ -156,7 +179,10 @@ def main() -> None:
     parser.add_argument("transport", choices=["stdio", "http", "sse"])
     parser.add_argument("--name", default="demo")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--pid-file", help="write this process's pid here (tests check it is reaped)")
     args = parser.parse_args()
+    if args.pid_file:
+        Path(args.pid_file).write_text(str(os.getpid()))
     server = create_server(args.name)
     if args.transport == "stdio":
         server.run("stdio")
