@@ -20,9 +20,11 @@ import mcp_types as types
 
 from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.errors import GatewayError, error_result
-from gateway.plugins import PluginInfo, get_plugin_manager
+from gateway.http import bind_socket, serve_http
+from gateway.plugins import PluginInfo, PluginManager, get_plugin_manager
 from gateway.registry import RegistrationError, Registry, specs_from_config, specs_from_plugins
-from gateway.server import GatewayServer, bind_socket, serve_http, serve_stdio
+from gateway.router.service import RouterService, build_router, load_router_embedder
+from gateway.server import GatewayServer, serve_stdio
 from gateway.settings import Settings
 from gateway.upstream import Upstream
 
@@ -51,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     serve.add_argument("--host", help="HTTP bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="HTTP port (default 8765; 0 picks a free one)")
+    serve.add_argument(
+        "--mode", choices=["all", "search", "dynamic"], help="tool exposure (default: $GATEWAY_ROUTING__MODE or all)"
+    )
 
     for name, text in [
         ("check", "validate the config, connect to every server, print a status table; exit 1 if any failed"),
@@ -63,6 +68,17 @@ def _parser() -> argparse.ArgumentParser:
     tools = commands.add_parser("tools", help="list the merged tools")
     tools.add_argument("--server", help="only this server's tools")
     tools.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+    search = commands.add_parser("search", help="rank the live catalog's tools for a request")
+    search.add_argument("query", help="the request, in plain words")
+    search.add_argument("--k", type=int, default=None, help="how many tools (1-50; default $GATEWAY_ROUTING__K or 8)")
+    search.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+    evaluate = commands.add_parser("eval", help="measure the router on a static catalog and queries")
+    evaluate.add_argument("--catalog", type=Path, required=True, help="catalog JSON (LiveMCPBench format)")
+    evaluate.add_argument("--queries", type=Path, required=True, help="queries JSONL with expected tools")
+    evaluate.add_argument("--k", default="1,5,10", help="comma-separated cut-offs (default 1,5,10)")
+    evaluate.add_argument("--json", action="store_true", help="print one JSON object, last on stdout")
 
     call = commands.add_parser("call", help="call one tool and print its result")
     call.add_argument("tool", help="the exposed tool name, e.g. clock__now")
@@ -83,6 +99,8 @@ def _settings(args: argparse.Namespace) -> Settings:
     }
     if http_updates:
         updates["http"] = settings.http.model_copy(update=http_updates)
+    if getattr(args, "mode", None) is not None:
+        updates["routing"] = settings.routing.model_copy(update={"mode": args.mode})
     return settings.model_copy(update=updates)
 
 
@@ -95,12 +113,12 @@ def _configure_logging(settings: Settings) -> None:
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
-def _load(settings: Settings, *, serving: bool) -> tuple[GatewayConfig, Registry, list[PluginInfo]]:
+def _load(settings: Settings, *, serving: bool) -> tuple[GatewayConfig, Registry, PluginManager]:
     config = load_config(settings.config)
-    pm, infos = get_plugin_manager(settings)
+    pm, _infos = get_plugin_manager(settings)
     specs = specs_from_plugins(pm, settings) + specs_from_config(config)
     # Only `serve` has a client to relay sampling, elicitation and roots requests to.
-    return config, Registry(specs, settings, relay_requests=serving), infos
+    return config, Registry(specs, settings, relay_requests=serving), pm
 
 
 async def _with_registry(registry: Registry, body: Callable[[Registry], Awaitable[T]]) -> T:
@@ -211,6 +229,51 @@ async def _call(registry: Registry, tool: str, raw_args: str, as_json: bool) -> 
     return EXIT_FAILED if result.is_error else EXIT_OK
 
 
+async def _search(registry: Registry, pm: PluginManager, query: str, k: int | None, as_json: bool) -> int:
+    settings = registry.settings
+    k = settings.routing.k if k is None else k
+    if not query.strip() or not 1 <= k <= 50:
+        raise _Usage("search needs a non-empty QUERY and --k from 1 to 50")
+    async with registry.running():
+        await registry.wait_settled(settings.startup_timeout + 5)
+        router = RouterService(registry, settings, lambda: build_router(settings, pm))
+        router.router = await anyio.to_thread.run_sync(router.make_router)
+        await router.sync()
+        hits = await router.search(query, k, settings.routing.threshold)
+    if as_json:
+        print(json.dumps([{"name": h.name, "score": round(h.score, 4)} for h in hits], indent=2))
+    elif not hits:
+        print("No tool matches.")
+    else:
+        rows = [
+            [str(i), h.name, f"{h.score:.3f}", (h.record.tool.description or "").strip().split("\n")[0][:70]]
+            for i, h in enumerate(hits, 1)
+        ]
+        _print_table(rows, ["#", "TOOL", "SCORE", "DESCRIPTION"])
+    return EXIT_OK
+
+
+def _eval(settings: Settings, catalog: Path, queries: Path, raw_ks: str, as_json: bool) -> int:
+    from gateway.router.eval import format_report, run_eval
+
+    try:
+        ks = sorted({int(k) for k in raw_ks.split(",") if k.strip()})
+    except ValueError:
+        raise _Usage(f"--k takes comma-separated integers, like 1,5,10; got {raw_ks!r}") from None
+    if not ks or any(not 1 <= k <= 50 for k in ks):
+        raise _Usage("--k values must be from 1 to 50")
+    for path in (catalog, queries):
+        if not path.is_file():
+            raise _Usage(f"no such file: {path}")
+    pm, _ = get_plugin_manager(settings)
+    embedder = load_router_embedder(settings, pm)
+    report = run_eval(catalog, queries, ks, embedder, threshold=settings.routing.threshold)
+    print(format_report(report))
+    if as_json:
+        print(json.dumps(report.to_json()))
+    return EXIT_OK
+
+
 def _describe_block(block: types.ContentBlock) -> str:
     """A content block for a person: text as is, binary content as a one-line summary."""
     if isinstance(block, types.TextContent):
@@ -249,7 +312,7 @@ async def _exit_on_signal(stop: anyio.Event) -> None:
             return
 
 
-async def _serve(registry: Registry, settings: Settings, transport: str) -> int:
+async def _serve(registry: Registry, settings: Settings, transport: str, pm: PluginManager) -> int:
     # Bind first: a busy port is reported before any server is started.
     sock = bind_socket(settings.http.host, settings.http.port) if transport == "http" else None
     stop = anyio.Event()
@@ -261,7 +324,9 @@ async def _serve(registry: Registry, settings: Settings, transport: str) -> int:
     async with anyio.create_task_group() as tg:
         tg.start_soon(_exit_on_signal, stop)
         async with registry.running():
-            gateway = GatewayServer(registry, settings)
+            router = RouterService(registry, settings, lambda: build_router(settings, pm))
+            registry.task_group.start_soon(router.run, name="router")
+            gateway = GatewayServer(registry, settings, router)
             if sock is None:
                 await serve_stdio(gateway, stop=stop)
             else:
@@ -279,14 +344,18 @@ def run(argv: Sequence[str] | None = None) -> int:
         if args.command == "plugins":
             _, infos = get_plugin_manager(settings)
             return _plugins(infos, args.json)
-        _config, registry, _infos = _load(settings, serving=args.command == "serve")
+        if args.command == "eval":
+            return _eval(settings, args.catalog, args.queries, args.k, args.json)
+        _config, registry, pm = _load(settings, serving=args.command == "serve")
         if args.command in ("check", "servers"):
             return anyio.run(_check, registry, args.json, args.command == "servers")
         if args.command == "tools":
             return anyio.run(_tools, registry, args.server, args.json)
         if args.command == "call":
             return anyio.run(_call, registry, args.tool, args.args, args.json)
-        return anyio.run(_serve, registry, settings, args.transport)
+        if args.command == "search":
+            return anyio.run(_search, registry, pm, args.query, args.k, args.json)
+        return anyio.run(_serve, registry, settings, args.transport, pm)
     except ConfigError as exc:
         print(f"mcp-gateway: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG

@@ -2,6 +2,7 @@
 
     GatewayError                      base of every error raised by gateway code
     ├── ToolNotFound                  no tool, prompt or resource by that name  -> tool_not_found
+    ├── InvalidArguments              arguments that do not fit the tool        -> invalid_arguments
     ├── UpstreamUnavailable           the server is not connected (failed, stopped, died)
     ├── UpstreamTimeout               the server did not answer within its timeout
     └── RelayRefused                  a server-to-client request the downstream cannot take
@@ -23,6 +24,7 @@ import mcp_types as types
 __all__ = [
     "ERROR_META_KEY",
     "GatewayError",
+    "InvalidArguments",
     "RelayRefused",
     "ToolNotFound",
     "UpstreamTimeout",
@@ -47,6 +49,10 @@ class GatewayError(Exception):
 
 class ToolNotFound(GatewayError):
     code = "tool_not_found"
+
+
+class InvalidArguments(GatewayError):
+    code = "invalid_arguments"
 
 
 class UpstreamUnavailable(GatewayError):

@@ -15,9 +15,17 @@ import pluggy
 if TYPE_CHECKING:
     from mcp.server import MCPServer, Server
 
+    from gateway.router.base import Embedder
     from gateway.settings import Settings
 
-__all__ = ["PROJECT_NAME", "RegisterServer", "gateway_register_servers", "hookimpl", "hookspec"]
+__all__ = [
+    "PROJECT_NAME",
+    "RegisterServer",
+    "gateway_embedder",
+    "gateway_register_servers",
+    "hookimpl",
+    "hookspec",
+]
 
 PROJECT_NAME = "mcp_gateway"
 """The pluggy project name, and the entry-point group installed plugins use."""
@@ -52,4 +60,16 @@ def gateway_register_servers(register: RegisterServer, settings: Settings) -> No
     The gateway reaches each one through the SDK's in-memory transport, exactly as it
     reaches an external server over stdio or HTTP. `settings` gives the data directory
     and other gateway-wide settings.
+    """
+
+
+@hookspec(firstresult=True)
+def gateway_embedder(settings: Settings) -> Embedder | None:
+    """Provide the router's embedding model instead of the built-in fastembed one.
+
+    The first plugin that returns an object (not None) wins; plugins are asked in
+    reverse registration order, as pluggy does. Return None to leave the choice to
+    others. The object must satisfy `gateway.router.base.Embedder`: `model_id`, `dim`,
+    `embed_documents(texts)` and `embed_query(text)`, returning L2-normalized float32
+    numpy arrays. It is called from a worker thread.
     """

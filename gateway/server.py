@@ -11,18 +11,16 @@ handshake-era clients, `subscriptions/listen` streams for 2026-07-28 clients).
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import logging
-import socket
+import time
 import warnings
 import weakref
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import anyio
 import mcp_types as types
-import uvicorn
 from mcp.server import NotificationOptions, Server, ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult
 from mcp.server.models import InitializationOptions
@@ -37,24 +35,33 @@ from mcp.server.subscriptions import (
     ServerEvent,
     ToolsListChanged,
 )
-from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from starlette.applications import Starlette
 
 from gateway.catalog import expose_uri
-from gateway.errors import GatewayError, error_result
+from gateway.errors import GatewayError, InvalidArguments, error_result
+from gateway.exposure import (
+    CALL_TOOL,
+    GATEWAY_TOOL_NAMES,
+    SEARCH_TOOL,
+    ArgumentError,
+    SessionTools,
+    mode_for,
+    parse_call_arguments,
+    parse_search_arguments,
+    tool_payload,
+)
 from gateway.registry import ChangeKind, Registry
 from gateway.relay import Exchange, ExchangeTable, connection_of
+from gateway.router.base import SearchHit
+from gateway.router.service import RouterService
 from gateway.settings import Settings
 from gateway.upstream import Upstream
 
-__all__ = ["GatewayServer", "bind_socket", "build_http_app", "serve_http", "serve_stdio"]
+__all__ = ["GatewayServer", "serve_stdio"]
 
 logger = logging.getLogger(__name__)
 
-_LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
-_LOOPBACK_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
 _INSTRUCTIONS = (
     "This endpoint aggregates several MCP servers. Tool and prompt names are "
     "'<server>__<name>'; resource URIs are '<server>+<uri>'."
@@ -133,9 +140,11 @@ class _GatewayLowLevelServer(Server[Any]):
 class GatewayServer:
     """The gateway's MCP server, wired to a running `Registry`."""
 
-    def __init__(self, registry: Registry, settings: Settings) -> None:
+    def __init__(self, registry: Registry, settings: Settings, router: RouterService | None = None) -> None:
         self.registry = registry
         self.settings = settings
+        self.router = router
+        self._session_tools: weakref.WeakKeyDictionary[Any, SessionTools] = weakref.WeakKeyDictionary()
         self.bus = InMemorySubscriptionBus()
         self.exchanges = ExchangeTable()
         self._listen = ListenHandler(self.bus)
@@ -277,13 +286,27 @@ class GatewayServer:
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         await self._settled()
-        tools, cursor = _page([e.item for e in self.registry.catalog.tools.values()], params, self.settings.page_size)
+        tools, cursor = _page(self._visible_tools(ctx), params, self.settings.page_size)
         return types.ListToolsResult(tools=tools, next_cursor=cursor)
+
+    def _visible_tools(self, ctx: ServerRequestContext[Any, Any]) -> list[types.Tool]:
+        """What `tools/list` shows this client, by exposure mode (see `gateway.exposure`)."""
+        catalog = self.registry.catalog.tools
+        mode = mode_for(ctx.request, self.settings.routing.mode)
+        if mode == "all":
+            return [e.item for e in catalog.values()]
+        names = list(dict.fromkeys(self.settings.routing.pinned))
+        if mode == "dynamic":
+            found = self._session_tools.get(connection_of(ctx))
+            names += [n for n in (found.names() if found else ()) if n not in names]
+        return [SEARCH_TOOL, CALL_TOOL] + [catalog[n].item for n in names if n in catalog]
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
         try:
+            if params.name in GATEWAY_TOOL_NAMES and params.name not in self.registry.catalog.tools:
+                return await self._gateway_tool(ctx, params)
             await self._owner_settled(params.name)
             upstream, original = self.registry.tool(params.name)
 
@@ -299,6 +322,56 @@ class GatewayServer:
             return await self._interactive(ctx, params, upstream, send)
         except GatewayError as exc:
             return error_result(exc)
+
+    async def _gateway_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """`search_tools` and `call_tool`, the gateway's own tools in search and dynamic modes."""
+        try:
+            if params.name == CALL_TOOL.name:
+                name, arguments = parse_call_arguments(params.arguments)
+                return await self._call_tool(ctx, params.model_copy(update={"name": name, "arguments": arguments}))
+            query, limit = parse_search_arguments(params.arguments, self.settings.routing.k)
+        except ArgumentError as exc:
+            return error_result(InvalidArguments(str(exc)))
+        hits = await self.search(query, limit)
+        if mode_for(ctx.request, self.settings.routing.mode) == "dynamic":
+            await self._grow_session(ctx, [h.name for h in hits])
+        payload = [tool_payload(hit) for hit in hits]
+        text = json.dumps(payload, ensure_ascii=False) if payload else f"No tool matches {query!r}."
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=text)], structured_content={"tools": payload}
+        )
+
+    async def search(self, query: str, limit: int) -> list[SearchHit]:
+        """Rank the catalog for a query, and log it as one line (no query text: it may be private)."""
+        if self.router is None:
+            raise GatewayError("Tool search is not available on this gateway.")
+        started = time.perf_counter()
+        try:
+            hits = await self.router.search(query, limit, self.settings.routing.threshold)
+        except TimeoutError:
+            raise GatewayError(
+                f"Tool search took longer than {self.settings.routing.search_timeout:g} s; try again."
+            ) from None
+        logger.info(
+            "search query_chars=%d results=%d ms=%.1f", len(query), len(hits), (time.perf_counter() - started) * 1000
+        )
+        return hits
+
+    async def _grow_session(self, ctx: ServerRequestContext[Any, Any], names: list[str]) -> None:
+        """dynamic mode: add found tools to this session's list and tell the client."""
+        connection = connection_of(ctx)
+        if connection is None:
+            return
+        found = self._session_tools.get(connection)
+        if found is None:
+            found = self._session_tools[connection] = SessionTools(self.settings.routing.dynamic_max_tools)
+        if found.add(names):
+            if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                await self.bus.publish(ToolsListChanged())
+            else:
+                await self._notify(connection, "notifications/tools/list_changed", None)
 
     # ---- prompts ----------------------------------------------------------------
 
@@ -560,75 +633,6 @@ def _expose_result_uris(result: Any, prefix: str) -> Any:
     if not any(isinstance(b, types.ResourceLink | types.EmbeddedResource) for b in result.content):
         return result
     return result.model_copy(update={"content": [_expose_block(b, prefix) for b in result.content]})
-
-
-def transport_security(settings: Settings) -> TransportSecuritySettings:
-    """DNS-rebinding protection: loopback plus the configured hosts and origins, always on."""
-    hosts = list(_LOOPBACK_HOSTS) + settings.http.allowed_hosts
-    origins = list(_LOOPBACK_ORIGINS) + settings.http.allowed_origins
-    host = settings.http.host
-    if host not in ("127.0.0.1", "localhost", "::1", "0.0.0.0", "::"):
-        hosts.append(f"{host}:*")
-        origins.append(f"http://{host}:*")
-    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
-
-
-def build_http_app(gateway: GatewayServer, settings: Settings) -> Starlette:
-    return gateway.server.streamable_http_app(
-        streamable_http_path=settings.http.path,
-        stateless_http=settings.http.stateless,
-        transport_security=transport_security(settings),
-        host=settings.http.host,
-    )
-
-
-class _Uvicorn(uvicorn.Server):
-    """uvicorn without its own signal handling: the CLI owns SIGINT/SIGTERM, so that the
-    upstreams are shut down (and stdio children reaped) before the process exits."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """Bind the HTTP listening socket before anything else starts, so a busy port is one clear error."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    sock.set_inheritable(True)
-    return sock
-
-
-async def serve_http(
-    gateway: GatewayServer,
-    settings: Settings,
-    sock: socket.socket,
-    *,
-    stop: anyio.Event,
-    ready: Callable[[int], None] | None = None,
-) -> None:
-    """Serve streamable HTTP on an already bound socket until `stop` is set."""
-    app = build_http_app(gateway, settings)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
-    server = _Uvicorn(config)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(server.serve, [sock])
-        while not server.started:  # uvicorn offers no readiness event
-            if server.should_exit:
-                return
-            await anyio.sleep(0.02)
-        port = sock.getsockname()[1]
-        logger.info("serving MCP over HTTP on http://%s:%s%s", settings.http.host, port, settings.http.path)
-        if ready is not None:
-            ready(port)
-        await stop.wait()
-        server.should_exit = True
 
 
 async def serve_stdio(gateway: GatewayServer, *, stop: anyio.Event) -> None:

@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["HttpSettings", "PluginSettings", "Settings", "default_data_dir"]
+__all__ = ["EmbeddingSettings", "HttpSettings", "PluginSettings", "RoutingSettings", "Settings", "default_data_dir"]
 
 
 def default_data_dir() -> Path:
@@ -50,6 +50,43 @@ class PluginSettings(BaseModel):
     )
 
 
+class EmbeddingSettings(BaseModel):
+    """The embedding model of the semantic router."""
+
+    enabled: bool = Field(default=True, description="False: route with BM25 alone, load no model.")
+    model: str | None = Field(
+        default=None,
+        description=(
+            "A fastembed model name (downloaded by fastembed from its model hub on first use); "
+            "unset: the bundled all-MiniLM-L6-v2 int8 model, installed with the gateway."
+        ),
+    )
+    model_path: Path | None = Field(
+        default=None, description="A local directory with a fastembed-compatible ONNX model and its tokenizer."
+    )
+    threads: int | None = Field(default=None, ge=1, description="ONNX Runtime threads; unset: all cores.")
+    batch_size: int = Field(default=64, ge=1, le=4096, description="Documents embedded per batch.")
+
+
+class RoutingSettings(BaseModel):
+    """How tools are exposed and ranked."""
+
+    mode: Literal["all", "search", "dynamic"] = Field(
+        default="all",
+        description=(
+            "all: every tool in tools/list; search: pinned tools plus search_tools and call_tool; "
+            "dynamic: as search, and found tools are added to the session's tools/list."
+        ),
+    )
+    k: int = Field(default=8, ge=1, le=50, description="Tools returned by a search unless the caller asks otherwise.")
+    threshold: float = Field(default=0.0, ge=0.0, le=1.0, description="Results scoring below this are dropped.")
+    pinned: list[str] = Field(default_factory=list, description="Exposed tool names always listed and returned.")
+    search_timeout: float = Field(default=5.0, gt=0, description="Seconds a search_tools call may take.")
+    dynamic_max_tools: int = Field(
+        default=32, ge=1, le=500, description="dynamic mode: most tools a session's list grows to (least recent out)."
+    )
+
+
 class Settings(BaseSettings):
     """Everything that is not in the YAML file."""
 
@@ -78,4 +115,6 @@ class Settings(BaseSettings):
         default=500, ge=1, le=10_000, description="Items per page in the gateway's own list responses."
     )
     http: HttpSettings = Field(default_factory=HttpSettings)
+    embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    routing: RoutingSettings = Field(default_factory=RoutingSettings)
     plugins: PluginSettings = Field(default_factory=PluginSettings)

@@ -1,0 +1,160 @@
+"""Exposure modes: which tools a client sees, and the gateway's own search tools.
+
+- `all`: every tool in `tools/list` (plain aggregation).
+- `search`: the pinned tools plus two gateway tools, `search_tools(query, limit)` and
+  `call_tool(name, arguments)`; the model finds what it needs by searching.
+- `dynamic`: as `search`, and each search also adds the tools it found to this
+  session's `tools/list` (bounded, least recently found out first) and sends
+  `notifications/tools/list_changed`, so clients that never call the gateway tools
+  still end up with the right ones.
+
+The mode is `routing.mode` for the deployment; an HTTP client may ask for another
+with `?mode=` on the endpoint URL.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal, cast, get_args
+
+import mcp_types as types
+
+from gateway.router.base import SearchHit
+
+__all__ = [
+    "CALL_TOOL",
+    "GATEWAY_TOOL_NAMES",
+    "SEARCH_TOOL",
+    "ArgumentError",
+    "Mode",
+    "SessionTools",
+    "mode_for",
+    "openai_function",
+    "parse_call_arguments",
+    "parse_search_arguments",
+    "tool_payload",
+]
+
+Mode = Literal["all", "search", "dynamic"]
+MAX_LIMIT = 50
+
+SEARCH_TOOL = types.Tool(
+    name="search_tools",
+    description=(
+        "Find the tools that can do a task. Describe the task in plain words; the result lists the "
+        "best matching tools, best first, each with its name, description, input schema and a score "
+        "from 0 to 1. Then call one with call_tool(name, arguments)."
+    ),
+    input_schema={
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "minLength": 1, "description": "What you want to do, in plain words."},
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_LIMIT,
+                "description": "How many tools to return (1-50).",
+            },
+        },
+        "required": ["query"],
+    },
+    annotations=types.ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
+)
+
+CALL_TOOL = types.Tool(
+    name="call_tool",
+    description=("Call a tool found with search_tools, by its exact name, with arguments that match its input schema."),
+    input_schema={
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "minLength": 1, "description": "The tool's name, as search_tools gave it."},
+            "arguments": {"type": "object", "description": "The tool's arguments.", "additionalProperties": True},
+        },
+        "required": ["name"],
+    },
+)
+
+GATEWAY_TOOL_NAMES = frozenset({SEARCH_TOOL.name, CALL_TOOL.name})
+
+
+class ArgumentError(ValueError):
+    """A gateway tool was called with bad arguments; the message names the parameter."""
+
+
+def mode_for(request: Any, default: Mode) -> Mode:
+    """The exposure mode for one request: `?mode=` on an HTTP request, else the deployment's."""
+    query_params = getattr(request, "query_params", None)
+    asked = query_params.get("mode") if query_params is not None else None
+    if asked in get_args(Mode):
+        return cast(Mode, asked)
+    return default
+
+
+def parse_search_arguments(arguments: dict[str, Any] | None, default_limit: int) -> tuple[str, int]:
+    """Validate `search_tools` arguments: a non-empty query, a limit in 1..50."""
+    arguments = arguments or {}
+    query = arguments.get("query")
+    if not isinstance(query, str) or not query.strip():
+        raise ArgumentError("search_tools needs `query`: a non-empty string describing the task.")
+    limit = arguments.get("limit", default_limit)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise ArgumentError(f"search_tools `limit` must be an integer from 1 to {MAX_LIMIT}; got {limit!r}.")
+    unknown = sorted(set(arguments) - {"query", "limit"})
+    if unknown:
+        raise ArgumentError(f"search_tools takes `query` and `limit`; unknown argument(s): {', '.join(unknown)}.")
+    return query.strip(), limit
+
+
+def parse_call_arguments(arguments: dict[str, Any] | None) -> tuple[str, dict[str, Any] | None]:
+    """Validate `call_tool` arguments: a tool name and an optional arguments object."""
+    arguments = arguments or {}
+    name = arguments.get("name")
+    if not isinstance(name, str) or not name:
+        raise ArgumentError("call_tool needs `name`: the exact tool name that search_tools returned.")
+    inner = arguments.get("arguments")
+    if inner is not None and not isinstance(inner, dict):
+        raise ArgumentError(f"call_tool `arguments` must be an object; got {type(inner).__name__}.")
+    if name in GATEWAY_TOOL_NAMES:
+        raise ArgumentError(f"call_tool calls catalog tools; call {name} directly.")
+    return name, inner
+
+
+def tool_payload(hit: SearchHit) -> dict[str, Any]:
+    """One search result as a model reads it."""
+    tool = hit.record.tool
+    return {
+        "name": hit.name,
+        "description": tool.description or "",
+        "inputSchema": tool.input_schema,
+        "score": round(hit.score, 4),
+    }
+
+
+def openai_function(tool: types.Tool) -> dict[str, Any]:
+    """A tool in the OpenAI function-calling form, for host apps."""
+    return {
+        "type": "function",
+        "function": {"name": tool.name, "description": tool.description or "", "parameters": tool.input_schema},
+    }
+
+
+class SessionTools:
+    """dynamic mode: the tools one session has found, most recent last, at most `limit`."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._names: OrderedDict[str, None] = OrderedDict()
+
+    def add(self, names: Iterable[str]) -> bool:
+        """Add found tools; returns whether the visible set changed."""
+        before = list(self._names)
+        for name in names:
+            self._names.pop(name, None)
+            self._names[name] = None
+        while len(self._names) > self.limit:
+            self._names.popitem(last=False)
+        return set(before) != set(self._names)
+
+    def names(self) -> Sequence[str]:
+        return list(self._names)

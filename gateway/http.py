@@ -1,0 +1,150 @@
+"""The streamable-HTTP transport: the MCP endpoint, `POST /route`, the listening socket and uvicorn.
+
+Host and Origin headers are checked on every route against DNS rebinding: loopback
+names always pass, others only when listed in `GATEWAY_HTTP__ALLOWED_HOSTS` /
+`..._ORIGINS`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+from collections.abc import Callable, Iterator
+
+import anyio
+import uvicorn
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from gateway.errors import GatewayError
+from gateway.exposure import openai_function
+from gateway.server import GatewayServer
+from gateway.settings import Settings
+
+__all__ = ["bind_socket", "build_http_app", "route_endpoint", "serve_http", "transport_security"]
+
+logger = logging.getLogger(__name__)
+
+_LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
+_LOOPBACK_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
+
+
+async def route_endpoint(gateway: GatewayServer, request: Request) -> Response:
+    """`POST /route {"query": str, "k": int}`: the top-k tools in MCP and OpenAI form, with scores.
+
+    Pinned tools follow the ranked ones (`"pinned": true`), as they are always offered.
+    """
+    try:
+        body = await request.json()
+    except ValueError:
+        return _bad_request('The body must be JSON: {"query": "...", "k": 8}.')
+    if not isinstance(body, dict):
+        return _bad_request('The body must be a JSON object: {"query": "...", "k": 8}.')
+    unknown = sorted(set(body) - {"query", "k"})
+    if unknown:
+        return _bad_request(f"Unknown field(s): {', '.join(unknown)}; the body takes `query` and `k`.")
+    query, k = body.get("query"), body.get("k", gateway.settings.routing.k)
+    if not isinstance(query, str) or not query.strip():
+        return _bad_request("`query` must be a non-empty string.")
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 50:
+        return _bad_request(f"`k` must be an integer from 1 to 50; got {k!r}.")
+    try:
+        hits = await gateway.search(query.strip(), k)
+    except GatewayError as exc:
+        return JSONResponse({"error": exc.message}, status_code=503)
+    catalog = gateway.registry.catalog.tools
+    ranked = [(hit.record.tool, round(hit.score, 4), False) for hit in hits]
+    seen = {hit.name for hit in hits}
+    pinned = [(catalog[n].item, None, True) for n in gateway.settings.routing.pinned if n in catalog and n not in seen]
+    tools = [
+        {**tool.model_dump(by_alias=True, mode="json", exclude_none=True), "score": score, "pinned": is_pinned}
+        for tool, score, is_pinned in ranked + pinned
+    ]
+    openai = [openai_function(tool) for tool, _, _ in ranked + pinned]
+    return JSONResponse({"query": query.strip(), "k": k, "tools": tools, "openai": openai})
+
+
+def _bad_request(message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=400)
+
+
+def transport_security(settings: Settings) -> TransportSecuritySettings:
+    """DNS-rebinding protection: loopback plus the configured hosts and origins, always on."""
+    hosts = list(_LOOPBACK_HOSTS) + settings.http.allowed_hosts
+    origins = list(_LOOPBACK_ORIGINS) + settings.http.allowed_origins
+    host = settings.http.host
+    if host not in ("127.0.0.1", "localhost", "::1", "0.0.0.0", "::"):
+        hosts.append(f"{host}:*")
+        origins.append(f"http://{host}:*")
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
+
+
+def build_http_app(gateway: GatewayServer, settings: Settings) -> Starlette:
+    """The MCP endpoint plus `POST /route` for host apps, behind the same Host/Origin checks."""
+    security = transport_security(settings)
+    guard = TransportSecurityMiddleware(security)
+
+    async def route(request: Request) -> Response:
+        refused = await guard.validate_request(request, is_post=True)
+        return refused if refused is not None else await route_endpoint(gateway, request)
+
+    return gateway.server.streamable_http_app(
+        streamable_http_path=settings.http.path,
+        stateless_http=settings.http.stateless,
+        transport_security=security,
+        host=settings.http.host,
+        custom_starlette_routes=[Route("/route", route, methods=["POST"])],
+    )
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without its own signal handling: the CLI owns SIGINT/SIGTERM, so that the
+    upstreams are shut down (and stdio children reaped) before the process exits."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """Bind the HTTP listening socket before anything else starts, so a busy port is one clear error."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+async def serve_http(
+    gateway: GatewayServer,
+    settings: Settings,
+    sock: socket.socket,
+    *,
+    stop: anyio.Event,
+    ready: Callable[[int], None] | None = None,
+) -> None:
+    """Serve streamable HTTP on an already bound socket until `stop` is set."""
+    app = build_http_app(gateway, settings)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
+    server = _Uvicorn(config)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.serve, [sock])
+        while not server.started:  # uvicorn offers no readiness event
+            if server.should_exit:
+                return
+            await anyio.sleep(0.02)
+        port = sock.getsockname()[1]
+        logger.info("serving MCP over HTTP on http://%s:%s%s", settings.http.host, port, settings.http.path)
+        if ready is not None:
+            ready(port)
+        await stop.wait()
+        server.should_exit = True

@@ -1,0 +1,10 @@
+"""The semantic router: ranks the catalog's tools for a request (BM25 + local embeddings).
+
+- `base`: the shared types (`ToolRecord`, `SearchHit`, `Embedder`, `EmbeddingCache`);
+- `documents`: the text each tool is indexed by;
+- `bm25`: the lexical index; `embedder`: the embedding model; `cache`: vectors on disk;
+- `index`: `Router`, the index and the ranking;
+- `service`: the router as a running gateway uses it; `eval`: the evaluation harness.
+"""
+
+__all__: list[str] = []

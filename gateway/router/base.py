@@ -1,0 +1,80 @@
+"""The router's shared vocabulary: what is indexed, what a search returns, what embeds text.
+
+Kept apart from the implementations so that the index, the embedder, the cache and
+the server can each be built and tested against these types alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import mcp_types as types
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["Embedder", "EmbeddingCache", "SearchHit", "ToolRecord", "Vector", "Matrix"]
+
+Vector = npt.NDArray[np.float32]
+"""One L2-normalized embedding, shape (dim,)."""
+Matrix = npt.NDArray[np.float32]
+"""L2-normalized embeddings, one per row, shape (n, dim)."""
+
+
+@dataclass(frozen=True)
+class ToolRecord:
+    """One tool as the router sees it: the exposed tool and what describes its server."""
+
+    name: str
+    """The exposed (namespaced) name, e.g. `github__search_issues`."""
+    server_id: str
+    tool: types.Tool
+    """The tool as exposed downstream (its `name` is `name`)."""
+    original_name: str = ""
+    """The tool's name on its own server."""
+    server_name: str = ""
+    server_description: str = ""
+    capabilities: tuple[str, ...] = ()
+    """The server's free tags from the YAML `capabilities` key."""
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """One ranked result. `score` is in 0..1, higher is better, comparable across queries."""
+
+    name: str
+    score: float
+    record: ToolRecord
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns text into L2-normalized float32 vectors. Implementations must be thread-safe
+    for sequential use from one worker thread at a time."""
+
+    @property
+    def model_id(self) -> str:
+        """A stable id of the model and its weights, used in embedding-cache keys."""
+        ...
+
+    @property
+    def dim(self) -> int: ...
+
+    def embed_documents(self, texts: Sequence[str]) -> Matrix:
+        """Embed many documents; returns shape (len(texts), dim)."""
+        ...
+
+    def embed_query(self, text: str) -> Vector:
+        """Embed one search query; returns shape (dim,)."""
+        ...
+
+
+class EmbeddingCache(Protocol):
+    """Embeddings on disk, keyed by a hash of model id + document text."""
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, Vector]:
+        """The cached vectors among `keys` (missing keys are absent from the result)."""
+        ...
+
+    def put_many(self, items: Mapping[str, Vector]) -> None: ...
