@@ -160,3 +160,66 @@ async def test_a_low_level_server_that_paginates_is_read_to_the_last_page(tmp_pa
             assert list(registry.catalog.tools) == [f"p__{n}" for n in names]
             result = await registry.call_tool("p__tool_06", {})
             assert result.content[0].text == "tool_06"  # type: ignore[union-attr]
+
+
+class _LetterEmbedder:
+    """A deterministic stand-in model: one dimension per letter a-z."""
+
+    model_id = "letters@1"
+    dim = 26
+
+    def _vector(self, text: str):  # type: ignore[no-untyped-def]
+        import numpy as np
+
+        counts = np.zeros(26, dtype=np.float32)
+        for ch in text.lower():
+            if "a" <= ch <= "z":
+                counts[ord(ch) - 97] += 1
+        norm = float(np.linalg.norm(counts)) or 1.0
+        return counts / norm
+
+    def embed_documents(self, texts):  # type: ignore[no-untyped-def]
+        import numpy as np
+
+        return np.stack([self._vector(t) for t in texts]) if texts else np.zeros((0, 26), dtype=np.float32)
+
+    def embed_query(self, text):  # type: ignore[no-untyped-def]
+        return self._vector(text)
+
+
+def test_a_plugin_can_provide_the_routers_embedder(tmp_path: Path) -> None:
+    from gateway.hookspecs import hookimpl
+    from gateway.router.service import load_router_embedder
+
+    class EmbedderPlugin:
+        @hookimpl
+        def gateway_embedder(self, settings: Settings) -> _LetterEmbedder:
+            return _LetterEmbedder()
+
+    class DeclinesPlugin:
+        @hookimpl
+        def gateway_embedder(self, settings: Settings) -> None:
+            return None
+
+    settings = _settings(tmp_path, tmp_path / "none")
+    pm, _ = get_plugin_manager(settings)
+    pm.register(EmbedderPlugin(), name="letters")
+    pm.register(DeclinesPlugin(), name="declines")
+    embedder = load_router_embedder(settings, pm)
+    assert embedder is not None and embedder.model_id == "letters@1"
+
+
+def test_an_embedder_that_is_not_one_is_a_clear_error(tmp_path: Path) -> None:
+    from gateway.hookspecs import hookimpl
+    from gateway.router.service import load_router_embedder
+
+    class Wrong:
+        @hookimpl
+        def gateway_embedder(self, settings: Settings) -> object:
+            return object()
+
+    settings = _settings(tmp_path, tmp_path / "none")
+    pm, _ = get_plugin_manager(settings)
+    pm.register(Wrong(), name="wrong")
+    with pytest.raises(TypeError, match="not an Embedder"):
+        load_router_embedder(settings, pm)

