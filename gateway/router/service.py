@@ -93,12 +93,11 @@ class RouterService:
         self.make_router = make_router
         self.router: Router | None = None
         self.ready = anyio.Event()
-        """Set once the first index is built."""
+        """Set once the first index is built (BM25 at first)."""
+        self.complete = anyio.Event()
+        """Set once the full router (with the embedding model, when there is one) serves."""
         self._dirty = anyio.Event()
-        self._dirty.set()
         self._lock = anyio.Lock()
-        self.failed = False
-        """True when the router could not be built: searches then fail clearly."""
         registry.change_listeners.append(self._on_change)
 
     async def _on_change(self, kinds: set[str]) -> None:
@@ -106,33 +105,47 @@ class RouterService:
             self._dirty.set()
 
     async def run(self) -> None:
-        """Load the model, then re-index whenever the tools change, until cancelled.
+        """Index with BM25 at once, then load the model and switch to the full router.
 
-        Never raises: a router that cannot be built or updated leaves the gateway
-        serving, with tool search answering that it is unavailable.
+        Searches work from the first second (lexically), and get semantic as soon as
+        the model is loaded and the tools embedded. Never raises: a router that cannot
+        be built or updated leaves the gateway serving, and search says it is unavailable.
         """
+        from gateway.router.index import Router
+
+        # The first index covers the servers that connect at start-up (bounded wait);
+        # later ones are added when they announce their tools.
+        await self.registry.wait_settled(self.settings.list_wait)
+        self.router = Router(None)
+        await self._sync_logged()
         started = time.perf_counter()
         try:
-            router = await anyio.to_thread.run_sync(self.make_router)
-        except Exception:  # noqa: BLE001 - boundary: search is optional, proxying is not
-            logger.exception("router: could not be built; tool search is unavailable")
-            self.failed = True
-            self.ready.set()
-            return
-        self.router = router
+            full = await anyio.to_thread.run_sync(self.make_router)
+            if full.dense:
+                records = records_from_registry(self.registry)
+                progress = TerminalProgress("mcp-gateway: indexing tools")
+                async with self._lock:
+                    await anyio.to_thread.run_sync(lambda: full.update(records, progress=progress))
+                    self.router = full
+        except Exception:  # noqa: BLE001 - boundary: lexical search goes on without the model
+            logger.exception("router: the embedding index could not be built; searching with BM25 alone")
+        self.complete.set()
         logger.info(
-            "router: ready to index (%s) in %.1f s",
-            "embeddings + BM25" if router.dense else "BM25 only",
+            "router: %s, ready in %.1f s",
+            "embeddings + BM25" if self.router.dense else "BM25 only",
             time.perf_counter() - started,
         )
         while True:
             await self._dirty.wait()
             self._dirty = anyio.Event()
-            try:
-                await self.sync()
-            except Exception:  # noqa: BLE001 - boundary: keep the last good index and keep serving
-                logger.exception("router: updating the index failed; searching the previous one")
-                self.ready.set()
+            await self._sync_logged()
+
+    async def _sync_logged(self) -> None:
+        try:
+            await self.sync()
+        except Exception:  # noqa: BLE001 - boundary: keep the last good index and keep serving
+            logger.exception("router: updating the index failed; searching the previous one")
+        self.ready.set()
 
     async def sync(self) -> None:
         """Make the index match the catalog now."""
