@@ -31,7 +31,8 @@ pytestmark = pytest.mark.anyio
 async def gateway(tmp_path: Path, **routing: Any) -> AsyncIterator[GatewayServer]:
     """A gateway in process in front of the demo server (in memory), with its router indexed."""
     settings = Settings(data_dir=tmp_path / "data", routing=RoutingSettings(**routing))
-    registry = Registry([UpstreamSpec(id="mem", prefix="mem", transport="memory", target=create_server("mem"))], settings)
+    upstream = UpstreamSpec(id="mem", prefix="mem", transport="memory", target=create_server("mem"))
+    registry = Registry([upstream], settings)
     async with registry.running():
         router = RouterService(registry, settings, lambda: build_router(settings, None))
         registry.task_group.start_soon(router.run)
@@ -55,7 +56,8 @@ async def test_all_mode_lists_every_tool_and_no_gateway_tools(tmp_path: Path) ->
 
 
 async def test_search_mode_lists_the_gateway_tools_and_the_pinned_ones_only(tmp_path: Path) -> None:
-    async with gateway(tmp_path, mode="search", pinned=["mem__echo", "mem__missing"]) as gw, Client(gw.server) as client:
+    pinned = ["mem__echo", "mem__missing"]
+    async with gateway(tmp_path, mode="search", pinned=pinned) as gw, Client(gw.server) as client:
         names = [t.name for t in (await client.list_tools()).tools]
         assert names == ["search_tools", "call_tool", "mem__echo"]
 
