@@ -1,0 +1,212 @@
+"""Router latency: search time with the query embedding, index build time cold and warm.
+
+    python bench/router_latency.py                 # figures on stdout
+    python bench/router_latency.py --json          # and one JSON object as the last line
+    python bench/router_latency.py --batch-size 1  # the embedder's batch size (default: the setting's)
+
+Measured, with the bundled embedding model loaded as the gateway loads it
+(`load_embedder(EmbeddingSettings(), data_dir)`) and the default `RouterConfig`:
+
+1. search at 527 tools (the LiveMCPBench catalog): every query of its queries file,
+   `--rounds` times, timed around `Router.search` (query embedding included); the same
+   with short queries (each query's first 6 words), and the query embedding alone;
+2. cold index build of 2,500 tools (the first 2,500 of the synthetic catalog, below):
+   `Router.update` with an empty `SqliteEmbeddingCache`, every document embedded;
+3. warm start of the same 2,500 tools: a new `Router` and a new `SqliteEmbeddingCache`
+   on the same file, as after a restart (vectors read from SQLite, BM25 rebuilt);
+4. search at 10,000 tools (the synthetic catalog; its remaining 7,500 documents are
+   embedded first, into the same cache).
+
+The synthetic catalog is deterministic: copy 0 is the real catalog, and copy i > 0 of
+each real tool gets a server renamed `<server>-<edition>-<i>`, a tool name with an
+edition suffix, and its description with a few words changed and an edition sentence,
+so that every document differs (and is embedded) while staying realistic.
+
+While a large index builds, a progress bar is drawn on stderr if stderr is a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import mcp_types as types  # noqa: E402
+
+from gateway.progress import TerminalProgress  # noqa: E402
+from gateway.router.base import Embedder, ToolRecord  # noqa: E402
+from gateway.router.eval import load_catalog, load_queries  # noqa: E402
+from gateway.router.index import Router  # noqa: E402
+
+EDITIONS = [
+    "cloud", "local", "team", "enterprise", "lite", "pro", "legacy", "beta",
+    "mirror", "regional", "sandbox", "community", "secure", "fast", "archive", "edge",
+]  # fmt: skip
+SWAPS = {
+    "get": "fetch", "list": "enumerate", "create": "make", "search": "look up", "delete": "remove",
+    "update": "modify", "read": "load", "write": "store", "file": "document", "the": "a given",
+}  # fmt: skip
+
+
+def synthetic_catalog(records: Sequence[ToolRecord], size: int, seed: int = 0) -> list[ToolRecord]:
+    """`size` tool records: the real ones, then perturbed copies of them (deterministic)."""
+    rng = random.Random(seed)
+    out: list[ToolRecord] = []
+    for i in range(size):
+        base = records[i % len(records)]
+        copy = i // len(records)
+        if copy == 0:
+            out.append(base)
+            continue
+        edition = rng.choice(EDITIONS)
+        server = f"{base.server_name}-{edition}-{copy}"
+        original = f"{base.original_name}_{edition}"
+        name = f"{server}__{original}"
+        words = (base.tool.description or "").split()
+        for j, word in enumerate(words):
+            swap = SWAPS.get(word.lower())
+            if swap is not None and rng.random() < 0.5:
+                words[j] = swap
+        description = f"{' '.join(words)} ({edition.capitalize()} edition {copy}, region {rng.randint(1, 99)}.)"
+        tool = types.Tool(name=name, description=description, input_schema=base.tool.input_schema)
+        out.append(
+            ToolRecord(
+                name=name,
+                server_id=server,
+                tool=tool,
+                original_name=original,
+                server_name=server,
+                server_description=f"{base.server_description} {edition.capitalize()} edition.",
+                capabilities=base.capabilities,
+            )
+        )
+    return out
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def timed(calls: Sequence[Callable[[], object]]) -> dict[str, float]:
+    """p50/p95 in ms of the calls, each run once, after 3 warm-up calls."""
+    for call in calls[:3]:
+        call()
+    times = []
+    for call in calls:
+        started = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - started) * 1000)
+    return {"p50_ms": round(statistics.median(times), 3), "p95_ms": round(percentile(times, 95), 3), "n": len(times)}
+
+
+def progress_bar(label: str) -> TerminalProgress:
+    return TerminalProgress(label, minimum=0)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--catalog", type=Path, default=Path("/work/shared/eval/livemcpbench/catalog.json"))
+    parser.add_argument("--queries", type=Path, default=Path("/work/shared/eval/livemcpbench/queries.jsonl"))
+    parser.add_argument("--rounds", type=int, default=3, help="times each query is searched (default 3)")
+    parser.add_argument("--cold-tools", type=int, default=2500)
+    parser.add_argument("--large-tools", type=int, default=10_000)
+    parser.add_argument("--batch-size", type=int, default=None, help="embedder batch size (default: the setting's)")
+    parser.add_argument("--json", action="store_true", help="also print one JSON object as the last line")
+    args = parser.parse_args()
+
+    from gateway.router.cache import SqliteEmbeddingCache
+    from gateway.router.embedder import load_embedder
+    from gateway.settings import EmbeddingSettings
+
+    settings = EmbeddingSettings() if args.batch_size is None else EmbeddingSettings(batch_size=args.batch_size)
+    results: dict[str, object] = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+        "load_average_start": [round(x, 2) for x in os.getloadavg()],
+        "embedder_batch_size": settings.batch_size,
+    }
+    records = load_catalog(args.catalog)
+    queries = [q.query for q in load_queries(args.queries)]
+    short = [" ".join(q.split()[:6]) for q in queries]
+
+    with tempfile.TemporaryDirectory(prefix="router-latency-") as tmp:
+        data_dir = Path(tmp)
+        started = time.perf_counter()
+        embedder: Embedder | None = load_embedder(settings, data_dir)
+        if embedder is None:
+            print("the embedding model could not be loaded", file=sys.stderr)
+            return 1
+        results["model_load_s"] = round(time.perf_counter() - started, 3)
+        print(f"model {embedder.model_id} loaded in {results['model_load_s']:.2f} s (batch size {settings.batch_size})")
+
+        # 1. 527 tools
+        router = Router(embedder)
+        started = time.perf_counter()
+        router.update(records, progress=progress_bar(f"indexing {len(records)} tools"))
+        results["index_527_cold_s"] = round(time.perf_counter() - started, 3)
+        results["search_527"] = timed([lambda q=q: router.search(q, k=8) for q in queries * args.rounds])
+        results["search_527_short"] = timed([lambda q=q: router.search(q, k=8) for q in short * args.rounds])
+        results["embed_query"] = timed([lambda q=q: embedder.embed_query(q) for q in queries * args.rounds])
+        results["embed_query_short"] = timed([lambda q=q: embedder.embed_query(q) for q in short * args.rounds])
+        print(f"{len(records)} tools: cold index {results['index_527_cold_s']:.2f} s")
+        for key in ("search_527", "search_527_short", "embed_query", "embed_query_short"):
+            r = results[key]
+            assert isinstance(r, dict)
+            print(f"  {key:18} p50 {r['p50_ms']:6.2f} ms  p95 {r['p95_ms']:6.2f} ms  (n={r['n']})")
+
+        # 2. + 3. cold and warm 2,500
+        synthetic = synthetic_catalog(records, max(args.cold_tools, args.large_tools))
+        cache_path = data_dir / "embeddings.sqlite"
+        cold = Router(embedder, cache=SqliteEmbeddingCache(cache_path))
+        started = time.perf_counter()
+        cold.update(synthetic[: args.cold_tools], progress=progress_bar(f"indexing {args.cold_tools} tools"))
+        results["index_2500_cold_s"] = round(time.perf_counter() - started, 3)
+        results["index_2500_embedded"] = cold.embedded_documents
+        warm = Router(embedder, cache=SqliteEmbeddingCache(cache_path))
+        started = time.perf_counter()
+        warm.update(synthetic[: args.cold_tools])
+        results["index_2500_warm_s"] = round(time.perf_counter() - started, 3)
+        results["index_2500_warm_embedded"] = warm.embedded_documents
+        print(
+            f"{args.cold_tools} tools: cold index {results['index_2500_cold_s']:.2f} s "
+            f"({cold.embedded_documents} embedded), warm start {results['index_2500_warm_s']:.3f} s "
+            f"({warm.embedded_documents} embedded)"
+        )
+
+        # 4. 10,000
+        large = Router(embedder, cache=SqliteEmbeddingCache(cache_path))
+        started = time.perf_counter()
+        large.update(synthetic[: args.large_tools], progress=progress_bar(f"indexing {args.large_tools} tools"))
+        results["index_10000_s_with_2500_cached"] = round(time.perf_counter() - started, 3)
+        results["search_10000"] = timed([lambda q=q: large.search(q, k=8) for q in queries * args.rounds])
+        results["search_10000_short"] = timed([lambda q=q: large.search(q, k=8) for q in short * args.rounds])
+        print(f"{len(large)} tools: index {results['index_10000_s_with_2500_cached']:.1f} s (2,500 of them cached)")
+        for key in ("search_10000", "search_10000_short"):
+            r = results[key]
+            assert isinstance(r, dict)
+            print(f"  {key:18} p50 {r['p50_ms']:6.2f} ms  p95 {r['p95_ms']:6.2f} ms  (n={r['n']})")
+    results["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    results["router"] = router.description
+    if args.json:
+        print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,452 @@
+"""The semantic router's index: each tool's embedding and BM25 terms, and the ranking.
+
+`Router.update` makes the index reflect a list of `ToolRecord`s, embedding only the
+documents it has not seen (vectors are reused from memory, then from the on-disk
+cache); `Router.search` ranks the tools for a request. Vectors are the rows of one
+float32 matrix searched exactly: a matrix-vector product over 10,000 tools takes about
+a millisecond, so no approximate index is needed at the sizes a gateway sees.
+
+Ranking (the default, `RouterConfig()`): a weighted sum of two scores in 0..1,
+
+    score = 0.5 * max(0, cosine(query, tool)) + 0.5 * BM25(query, tool) / BM25_max(query)
+
+where `BM25_max` bounds what a tool containing every query term could score, so the BM25
+part is "how much of the request the tool's text covers". Both parts are absolute, not
+normalized per query, so a score means the same thing from one query to the next and a
+threshold is meaningful; and when the request's wording shares nothing with a tool's
+text, BM25 adds nothing and the ranking is the embedding's. The alternatives measured
+(reciprocal rank fusion, either signal alone, server-level boosts, splitting a request
+into steps) are selectable with `RouterConfig`; docs/benchmarks.md has the figures.
+
+Each update builds a new immutable snapshot and swaps it in with one assignment, so
+searches may run on another thread while an update is in progress.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from gateway.router.base import Embedder, EmbeddingCache, Matrix, SearchHit, ToolRecord, Vector
+from gateway.router.bm25 import BM25Index
+from gateway.router.cache import cache_key
+from gateway.router.documents import dense_document, split_identifier, tool_document, tool_short_name, truncate
+
+__all__ = ["EMBED_BATCH", "Router", "RouterConfig", "split_query"]
+
+Fusion = Literal["weighted", "rrf", "dense", "bm25"]
+
+EMBED_BATCH = 32
+"""Documents per `embed_documents` call during an update (one progress step each)."""
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    """How `Router.search` ranks. The defaults are the measured choice (docs/benchmarks.md)."""
+
+    fusion: Fusion = "weighted"
+    """weighted: `dense_weight` * cosine + (1 - `dense_weight`) * BM25 coverage;
+    rrf: reciprocal rank fusion of the two rankings; dense / bm25: one signal alone.
+    Without an embedder every variant is BM25 alone."""
+    dense_weight: float = 0.5
+    rrf_k: int = 60
+    server_weight: float = 0.0
+    """> 0: add this weight times the score of the tool's server (its name, description
+    and tool names, scored like a tool) to each tool's score. Off by default: it did not
+    help on LiveMCPBench."""
+    split: Literal["off", "sentences", "clauses"] = "off"
+    """Split multi-step requests into sub-queries (see `split_query`) and merge their
+    rankings. Off by default: no measurable gain, and each sub-query costs an embedding."""
+    merge: Literal["round_robin", "max", "mean"] = "mean"
+    """With `split`: take turns between the rankings; a tool's best score; or the mean of
+    the full request's score and the best sub-query score."""
+    k1: float = 1.2
+    b: float = 0.75
+
+    def describe(self, dense: bool) -> str:
+        """A short name of the configuration, e.g. `weighted(dense=0.5,bm25=0.5)`."""
+        if not dense or self.fusion == "bm25":
+            parts = ["bm25"]
+        elif self.fusion == "weighted":
+            parts = [f"weighted(dense={self.dense_weight:g},bm25={1 - self.dense_weight:g})"]
+        elif self.fusion == "rrf":
+            parts = [f"rrf(k={self.rrf_k})"]
+        else:
+            parts = ["dense"]
+        if self.server_weight:
+            parts.append(f"server={self.server_weight:g}")
+        if self.split != "off":
+            parts.append(f"split={self.split}/{self.merge}")
+        return "+".join(parts)
+
+
+# ---------------------------------------------------------------------- splitting
+
+_SENTENCE_SPLIT = re.compile(
+    r"(?<=[.!?;])(?<!\b[A-Z][a-z]\.)(?<!\b[A-Z]\.)\s+"  # sentence ends, but not after "Mr." or "J."
+    r"|(?<=[。！？；])"
+    r"|\n+"
+    r"|(?:^|\s)\(?\d{1,2}[.)]\s+"  # numbered steps: "1. ", "2) ", "(3) "
+)
+_CLAUSE_SPLIT = re.compile(
+    r",\s+(?:and\s+then\s+|and\s+|then\s+)?"
+    r"|\s+(?:and\s+then|then|and\s+also|also|after\s+that|finally)\s+"
+    r"|\s+and\s+(?=\w+\s+\w+)"
+    r"|[，、]",
+    re.IGNORECASE,
+)
+MIN_SUBQUERY_WORDS = 3
+MAX_SUBQUERIES = 6
+
+
+def split_query(query: str, *, clauses: bool = True) -> list[str]:
+    """The steps of a multi-step request: sentences, numbered steps, and (with `clauses`)
+    clauses joined by commas, "and", "then".
+
+    Parts shorter than `MIN_SUBQUERY_WORDS` words are merged into their neighbour; at
+    most `MAX_SUBQUERIES` are returned (the rest joined into the last one). A
+    single-step request gives `[query]`.
+    """
+    pieces = [p for p in _SENTENCE_SPLIT.split(query.strip()) if p and p.strip()]
+    if clauses:
+        pieces = [c for p in pieces for c in _CLAUSE_SPLIT.split(p) if c and c.strip()]
+    parts: list[str] = []
+    for piece in (p.strip(" ,;") for p in pieces):
+        if not piece:
+            continue
+        if parts and len(parts[-1].split()) < MIN_SUBQUERY_WORDS:
+            parts[-1] = f"{parts[-1]} {piece}"
+        else:
+            parts.append(piece)
+    if len(parts) > 1 and len(parts[-1].split()) < MIN_SUBQUERY_WORDS:
+        tail = parts.pop()
+        parts[-1] = f"{parts[-1]} {tail}"
+    if len(parts) > MAX_SUBQUERIES:
+        parts = parts[: MAX_SUBQUERIES - 1] + [" ".join(parts[MAX_SUBQUERIES - 1 :])]
+    return parts or [query.strip()]
+
+
+# ---------------------------------------------------------------------- the index
+
+
+def _server_document(records: Sequence[ToolRecord]) -> str:
+    """What one server is about: its name, tags and description, then its tools' names."""
+    first = records[0]
+    parts = [" ".join(split_identifier(first.server_name or first.server_id))]
+    if first.capabilities:
+        parts.append(", ".join(first.capabilities))
+    if first.server_description:
+        parts.append(truncate(first.server_description, 300))
+    tools = ", ".join(" ".join(split_identifier(tool_short_name(r))) for r in records)
+    parts.append("Tools: " + truncate(tools, 300))
+    return ". ".join(parts)
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    """One immutable state of the index; rows are in name order."""
+
+    records: tuple[ToolRecord, ...] = ()
+    names: tuple[str, ...] = ()
+    matrix: Matrix | None = None
+    bm25: BM25Index = field(default_factory=BM25Index)
+    server_of: npt.NDArray[np.intp] = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
+    """Row -> index of the tool's server (only with `server_weight`)."""
+    server_matrix: Matrix | None = None
+    server_bm25: BM25Index | None = None
+
+
+class Router:
+    """Ranks tools for a request: embeddings and BM25, fused (see `RouterConfig`).
+
+    With `embedder=None` it ranks with BM25 alone (`dense` is False).
+    """
+
+    def __init__(
+        self,
+        embedder: Embedder | None,
+        *,
+        cache: EmbeddingCache | None = None,
+        config: RouterConfig | None = None,
+    ) -> None:
+        self._embedder = embedder
+        self._cache = cache
+        self.config = config or RouterConfig()
+        self._snapshot = _Snapshot()
+        self._vectors: dict[str, Vector] = {}
+        """The vectors of the indexed documents, by cache key."""
+        self._update_lock = threading.Lock()
+        self.embedded_documents = 0
+        """How many documents this router has embedded itself (not found in memory or cache)."""
+
+    @property
+    def dense(self) -> bool:
+        """True when searches use the embedding model; False: BM25 alone."""
+        return self._embedder is not None and self.config.fusion != "bm25"
+
+    @property
+    def description(self) -> str:
+        """The ranking in a few words, e.g. `weighted(dense=0.5,bm25=0.5)`."""
+        return self.config.describe(self._embedder is not None)
+
+    def __len__(self) -> int:
+        return len(self._snapshot.records)
+
+    @property
+    def names(self) -> list[str]:
+        """The indexed tools' names, sorted."""
+        return list(self._snapshot.names)
+
+    # ------------------------------------------------------------------ update
+
+    def update(self, records: Sequence[ToolRecord], progress: Callable[[int, int], None] | None = None) -> None:
+        """Make the index hold exactly `records` (unique names).
+
+        Only documents not embedded before are embedded: vectors are reused from memory,
+        then from the cache. `progress(done, total)` counts the documents that do need
+        embedding: it is called with `(0, total)` before the first batch and after each
+        batch, and not at all when nothing needs embedding. Synchronous (CPU-bound for
+        seconds on a cold start): run it in a worker thread. Searches during an update
+        see the previous index.
+        """
+        names = [r.name for r in records]
+        if len(set(names)) != len(names):
+            raise ValueError("duplicate tool names in a router update")
+        with self._update_lock:
+            cfg = self.config
+            old = self._snapshot
+            ordered = sorted(records, key=lambda r: r.name)
+            bm25 = BM25Index.build([(r.name, tool_document(r)) for r in ordered], k1=cfg.k1, b=cfg.b, previous=old.bm25)
+            texts = [dense_document(r) for r in ordered]
+            server_of = np.zeros(len(ordered), dtype=np.intp)
+            server_bm25: BM25Index | None = None
+            server_texts: list[str] = []
+            if cfg.server_weight:
+                server_ids = sorted({r.server_id for r in ordered})
+                position = {s: i for i, s in enumerate(server_ids)}
+                server_of = np.array([position[r.server_id] for r in ordered], dtype=np.intp)
+                members: dict[str, list[ToolRecord]] = {s: [] for s in server_ids}
+                for r in ordered:
+                    members[r.server_id].append(r)
+                server_texts = [_server_document(members[s]) for s in server_ids]
+                server_bm25 = BM25Index.build(
+                    list(zip(server_ids, server_texts, strict=True)), k1=cfg.k1, b=cfg.b, previous=old.server_bm25
+                )
+            matrix: Matrix | None = None
+            server_matrix: Matrix | None = None
+            if self._embedder is not None and cfg.fusion != "bm25":
+                vectors = self._embed_all(texts + server_texts, progress)
+                matrix = vectors[: len(texts)]
+                server_matrix = vectors[len(texts) :] if server_texts else None
+            self._snapshot = _Snapshot(
+                records=tuple(ordered),
+                names=tuple(r.name for r in ordered),
+                matrix=matrix,
+                bm25=bm25,
+                server_of=server_of,
+                server_matrix=server_matrix,
+                server_bm25=server_bm25,
+            )
+
+    def _embed_all(self, documents: Sequence[str], progress: Callable[[int, int], None] | None) -> Matrix:
+        embedder = self._embedder
+        assert embedder is not None
+        model_id = embedder.model_id
+        keys = [cache_key(model_id, d) for d in documents]
+        found: dict[str, Vector] = {k: self._vectors[k] for k in keys if k in self._vectors}
+        missing = [k for k in dict.fromkeys(keys) if k not in found]
+        if missing and self._cache is not None:
+            found.update(self._cache.get_many(missing))
+            missing = [k for k in missing if k not in found]
+        if missing:
+            text_of = dict(zip(keys, documents, strict=True))
+            missing.sort(key=lambda k: len(text_of[k]))  # similar lengths per batch: less padding
+            total = len(missing)
+            if progress is not None:
+                progress(0, total)
+            for start in range(0, total, EMBED_BATCH):
+                batch = missing[start : start + EMBED_BATCH]
+                vectors = np.asarray(embedder.embed_documents([text_of[k] for k in batch]), dtype=np.float32)
+                if vectors.shape != (len(batch), embedder.dim):
+                    raise ValueError(f"the embedder returned shape {vectors.shape}, not {(len(batch), embedder.dim)}")
+                new = dict(zip(batch, vectors, strict=True))
+                found.update(new)
+                self.embedded_documents += len(batch)
+                if self._cache is not None:
+                    self._cache.put_many(new)
+                if progress is not None:
+                    progress(start + len(batch), total)
+        self._vectors = {k: found[k] for k in keys}
+        if not keys:
+            return np.zeros((0, embedder.dim), dtype=np.float32)
+        return np.stack([found[k] for k in keys]).astype(np.float32, copy=False)
+
+    # ------------------------------------------------------------------ search
+
+    def search(self, query: str, k: int = 8, threshold: float = 0.0) -> list[SearchHit]:
+        """The `k` best tools for `query` that score at least `threshold`, best first.
+
+        Scores are in 0..1; equal scores are ordered by tool name, so the first `k` of a
+        longer list are the list for `k`. Raises ValueError for an empty query or k < 1.
+        """
+        if not query or not query.strip():
+            raise ValueError("the search query is empty")
+        if k < 1:
+            raise ValueError("k must be at least 1")
+        snap = self._snapshot
+        n = len(snap.records)
+        if n == 0:
+            return []
+        query = query.strip()
+        cfg = self.config
+        queries = [query]
+        if cfg.split != "off":
+            steps = split_query(query, clauses=cfg.split == "clauses")
+            if len(steps) > 1:
+                queries.extend(steps)
+        scores = self._scores(snap, queries)
+        k = min(k, n)
+        if len(queries) == 1:
+            picked = [(int(i), float(scores[0, i])) for i in _top(scores[0], k)]
+        elif cfg.merge == "round_robin":
+            picked = _round_robin(scores, k)
+        else:
+            best = scores[1:].max(axis=0)
+            merged = np.maximum(scores[0], best) if cfg.merge == "max" else (scores[0] + best) / 2
+            picked = [(int(i), float(merged[i])) for i in _top(merged, k)]
+        return [
+            SearchHit(name=snap.names[i], score=min(1.0, max(0.0, s)), record=snap.records[i])
+            for i, s in picked
+            if s >= threshold
+        ]
+
+    def _embed_queries(self, texts: Sequence[str]) -> Matrix:
+        embedder = self._embedder
+        assert embedder is not None
+        if len(texts) == 1:
+            return np.asarray(embedder.embed_query(texts[0]), dtype=np.float32)[None, :]
+        batch = getattr(embedder, "embed_queries", None)  # one call for many, if the embedder has it
+        if callable(batch):
+            return np.asarray(batch(list(texts)), dtype=np.float32)
+        return np.stack([np.asarray(embedder.embed_query(t), dtype=np.float32) for t in texts])
+
+    def _scores(self, snap: _Snapshot, queries: Sequence[str]) -> npt.NDArray[np.float32]:
+        """Tool scores in 0..1, one row per query."""
+        cfg = self.config
+        use_dense = snap.matrix is not None and cfg.fusion != "bm25"
+        use_bm25 = not use_dense or cfg.fusion != "dense"
+        servers = cfg.server_weight > 0 and snap.server_bm25 is not None
+        n_servers = len(snap.server_bm25) if snap.server_bm25 is not None else 0
+        bm25 = np.zeros((len(queries), len(snap.records)), dtype=np.float32)
+        server_bm25 = np.zeros((len(queries), n_servers), dtype=np.float32)
+        if use_bm25:
+            for i, q in enumerate(queries):
+                bm25[i] = _coverage(snap.bm25, q)
+                if servers:
+                    assert snap.server_bm25 is not None
+                    server_bm25[i] = _coverage(snap.server_bm25, q)
+        if not use_dense:
+            tool: npt.NDArray[np.floating] = bm25
+            server: npt.NDArray[np.floating] = server_bm25
+        else:
+            assert snap.matrix is not None
+            vectors = self._embed_queries(queries)
+            cosine = np.clip(_dot(vectors, snap.matrix), 0.0, 1.0)
+            server_cosine = (
+                np.clip(_dot(vectors, snap.server_matrix), 0.0, 1.0)
+                if servers and snap.server_matrix is not None
+                else np.zeros_like(server_bm25)
+            )
+            if cfg.fusion == "dense":
+                tool = cosine
+                server = server_cosine
+            elif cfg.fusion == "weighted":
+                w = cfg.dense_weight
+                tool = w * cosine + (1 - w) * bm25
+                server = w * server_cosine + (1 - w) * server_bm25
+            else:
+                tool = _rrf(cfg.rrf_k, cosine, bm25)
+                server = _rrf(cfg.rrf_k, server_cosine, server_bm25) if servers else server_bm25
+        if servers and server.shape[1]:
+            tool = (tool + cfg.server_weight * server[:, snap.server_of]) / (1.0 + cfg.server_weight)
+        return np.asarray(tool, dtype=np.float32)
+
+
+def _dot(queries: Matrix, matrix: Matrix) -> npt.NDArray[np.float32]:
+    """`queries @ matrix.T`, computed without BLAS.
+
+    numpy's BLAS (OpenBLAS) runs a large product on a pool of threads that keep spinning
+    for a while after it returns; on a 2-core machine they then compete with the ONNX
+    Runtime threads of the next query embedding, which measured 2x slower (12.8 ms instead
+    of 5.6 ms) right after a 10,000 x 384 product. einsum's own loop is single-threaded
+    and takes about 1 ms for 10,000 tools.
+    """
+    return np.einsum("qd,nd->qn", queries, matrix, optimize=False)
+
+
+def _coverage(index: BM25Index, query: str) -> npt.NDArray[np.float32]:
+    """BM25 scores divided by the best score any document could get for `query` (0..1)."""
+    top = index.max_score(query)
+    if top <= 0:
+        return np.zeros(len(index), dtype=np.float32)
+    return index.scores(query) / np.float32(top)
+
+
+def _rrf(k: int, *rankings: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """Reciprocal rank fusion of score rows, scaled so that first everywhere scores 1.
+
+    A tool scoring 0 in a ranking (no term in common, or a non-positive cosine) gets
+    nothing from it, rather than the contribution of its arbitrary rank among the zeros.
+    """
+    out = np.zeros_like(rankings[0])
+    rows = np.arange(rankings[0].shape[0])[:, None]
+    for scores in rankings:
+        order = np.argsort(-scores, axis=1, kind="stable")
+        ranks = np.empty_like(order)
+        ranks[rows, order] = np.arange(scores.shape[1])[None, :]
+        contribution = 1.0 / (k + 1 + ranks)
+        contribution[scores <= 0] = 0.0
+        out += contribution
+    return np.asarray(out * (k + 1) / len(rankings), dtype=np.float32)
+
+
+def _top(scores: npt.NDArray[np.float32], k: int) -> npt.NDArray[np.intp]:
+    """Rows of the k best scores, best first, equal scores by row (rows are in name order)."""
+    if k < len(scores):
+        cut = np.partition(-scores, k - 1)[k - 1]
+        candidates = np.flatnonzero(-scores <= cut)
+    else:
+        candidates = np.arange(len(scores))
+    order = np.lexsort((candidates, -scores[candidates]))
+    return candidates[order][:k]
+
+
+def _round_robin(scores: npt.NDArray[np.float32], k: int) -> list[tuple[int, float]]:
+    """Merge the full request's ranking (row 0) with its steps' rankings, taking turns, so
+    that every step gets a slot.
+
+    The merged order is kept (so the first k of a longer list are the list for k); a
+    tool's score is its best score, capped by the score of the tool before it so that
+    scores never increase down the list.
+    """
+    best = scores.max(axis=0)
+    rankings = [list(_top(row, k)) for row in scores]
+    picked: dict[int, None] = {}
+    depth = 0
+    while len(picked) < k and depth < k:
+        for ranking in rankings:
+            if depth < len(ranking) and len(picked) < k:
+                picked.setdefault(int(ranking[depth]), None)
+        depth += 1
+    out: list[tuple[int, float]] = []
+    ceiling = 1.0
+    for i in picked:
+        ceiling = min(ceiling, float(best[i]))
+        out.append((i, ceiling))
+    return out
