@@ -122,8 +122,8 @@ def progress_bar(label: str) -> TerminalProgress:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--catalog", type=Path, default=Path("/work/shared/eval/livemcpbench/catalog.json"))
-    parser.add_argument("--queries", type=Path, default=Path("/work/shared/eval/livemcpbench/queries.jsonl"))
+    parser.add_argument("--catalog", type=Path, default=Path("../shared/eval/livemcpbench/catalog.json"))
+    parser.add_argument("--queries", type=Path, default=Path("../shared/eval/livemcpbench/queries.jsonl"))
     parser.add_argument("--rounds", type=int, default=3, help="times each query is searched (default 3)")
     parser.add_argument("--cold-tools", type=int, default=2500)
     parser.add_argument("--large-tools", type=int, default=10_000)

@@ -190,8 +190,8 @@ def bm25_libraries(catalog: Path, queries_path: Path, ks: list[int]) -> list[dic
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--catalog", type=Path, default=Path("/work/shared/eval/livemcpbench/catalog.json"))
-    parser.add_argument("--queries", type=Path, default=Path("/work/shared/eval/livemcpbench/queries.jsonl"))
+    parser.add_argument("--catalog", type=Path, default=Path("../shared/eval/livemcpbench/catalog.json"))
+    parser.add_argument("--queries", type=Path, default=Path("../shared/eval/livemcpbench/queries.jsonl"))
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated names (default: all)")
     parser.add_argument("--k", default="1,5,10", help="comma-separated cut-offs")
     parser.add_argument("--lexical-gap", action="store_true", help="strip expected tools' name words from queries")
