@@ -157,17 +157,21 @@ class Registry:
         """Start every upstream concurrently; stop them all on exit."""
         async with anyio.create_task_group() as tg:
             self._task_group = tg
-            for upstream in self.upstreams.values():
-                tg.start_soon(upstream.run, name=f"upstream {upstream.id}")
-            try:
-                yield self
-            finally:
-                # Supervisors close their sessions (and reap stdio children) on stop; the
-                # deadline bounds a server that will not go away.
+            supervisors = anyio.create_task_group()
+            async with supervisors:
                 for upstream in self.upstreams.values():
-                    upstream.stop()
-                tg.cancel_scope.deadline = anyio.current_time() + 10
-                self._task_group = None
+                    supervisors.start_soon(upstream.run, name=f"upstream {upstream.id}")
+                try:
+                    yield self
+                finally:
+                    # Supervisors close their sessions (and reap stdio children) on stop;
+                    # the deadline bounds a server that will not go away.
+                    for upstream in self.upstreams.values():
+                        upstream.stop()
+                    supervisors.cancel_scope.deadline = anyio.current_time() + 10
+            # Work that outlived requests (router, relay exchanges) ends with the upstreams.
+            tg.cancel_scope.cancel()
+            self._task_group = None
 
     @property
     def task_group(self) -> anyio.abc.TaskGroup:
