@@ -12,10 +12,14 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
+import anyio
+import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
+
+from gateway.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_SERVER = REPO / "tests" / "servers" / "demo_server.py"
@@ -25,6 +29,22 @@ FIXTURE_PLUGINS = REPO / "tests" / "fixtures" / "plugins"
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+async def call_plugin_tool(settings: Settings, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    """Load the plugins `settings` point at, serve them in process, call one tool with the SDK client."""
+    from gateway.plugins import get_plugin_manager
+    from gateway.registry import Registry, specs_from_plugins
+    from gateway.server import GatewayServer
+
+    pm, _ = get_plugin_manager(settings)
+    registry = Registry(specs_from_plugins(pm, settings), settings)
+    with anyio.fail_after(30):
+        async with registry.running():
+            gateway = GatewayServer(registry, settings)
+            await registry.wait_settled()
+            async with Client(gateway.server) as client:
+                return await client.call_tool(tool, arguments)
 
 
 def _drain(stream: IO[str]) -> None:

@@ -35,12 +35,9 @@ def test_every_hook_is_exercised_by_a_test() -> None:
 
 def test_the_complete_plugin_in_the_guide_works_when_pasted_into_plugins(tmp_path: Path) -> None:
     import anyio
-    from mcp import Client
 
-    from gateway.plugins import get_plugin_manager
-    from gateway.registry import Registry, specs_from_plugins
-    from gateway.server import GatewayServer
     from gateway.settings import PluginSettings, Settings
+    from tests.conftest import call_plugin_tool
 
     guide = (REPO / "docs" / "plugins.md").read_text()
     section = guide[guide.index("## A complete plugin") :]
@@ -50,15 +47,5 @@ def test_the_complete_plugin_in_the_guide_works_when_pasted_into_plugins(tmp_pat
     (tmp_path / "plugins" / "weather" / "__init__.py").write_text(code)
     settings = Settings(data_dir=tmp_path / "data", plugins=PluginSettings(directory=tmp_path / "plugins"))
 
-    async def main() -> str:
-        pm, _ = get_plugin_manager(settings)
-        registry = Registry(specs_from_plugins(pm, settings), settings)
-        with anyio.fail_after(30):
-            async with registry.running():
-                gateway = GatewayServer(registry, settings)
-                await registry.wait_settled()
-                async with Client(gateway.server) as client:
-                    result = await client.call_tool("weather__forecast", {"city": "Lyon"})
-                    return result.content[0].text  # type: ignore[union-attr,no-any-return]
-
-    assert anyio.run(main) == "Sunny in Lyon."
+    result = anyio.run(call_plugin_tool, settings, "weather__forecast", {"city": "Lyon"})
+    assert result.content[0].text == "Sunny in Lyon."  # type: ignore[union-attr]

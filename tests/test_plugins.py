@@ -8,13 +8,12 @@ from pathlib import Path
 import anyio
 import mcp_types as types
 import pytest
-from mcp import Client
 from mcp.server import Server
 
 from gateway.plugins import get_plugin_manager
 from gateway.registry import RegistrationError, Registry, specs_from_plugins
-from gateway.server import GatewayServer
 from gateway.settings import PluginSettings, Settings
+from tests.conftest import call_plugin_tool
 
 
 def _write_plugin(directory: Path, name: str, body: str) -> None:
@@ -124,16 +123,8 @@ def test_registering_something_that_is_not_an_mcp_server_is_a_clear_error(tmp_pa
 @pytest.mark.anyio
 async def test_a_registered_plugin_server_is_served_through_the_gateway(tmp_path: Path) -> None:
     _write_plugin(tmp_path / "plugins", "greeter", SERVER_PLUGIN.format(name="greeter"))
-    settings = _settings(tmp_path, tmp_path / "plugins")
-    pm, _ = get_plugin_manager(settings)
-    registry = Registry(specs_from_plugins(pm, settings), settings)
-    with anyio.fail_after(30):
-        async with registry.running():
-            gateway = GatewayServer(registry, settings)
-            await registry.wait_settled()
-            async with Client(gateway.server) as client:
-                result = await client.call_tool("greeter__hello", {"who": "Ada"})
-                assert result.content[0].text == "hello Ada from greeter"  # type: ignore[union-attr]
+    result = await call_plugin_tool(_settings(tmp_path, tmp_path / "plugins"), "greeter__hello", {"who": "Ada"})
+    assert result.content[0].text == "hello Ada from greeter"  # type: ignore[union-attr]
 
 
 @pytest.mark.anyio
