@@ -56,7 +56,7 @@ from gateway.relay import Exchange, ExchangeTable, connection_of
 from gateway.router.base import SearchHit
 from gateway.router.service import RouterService
 from gateway.settings import Settings
-from gateway.upstream import Upstream
+from gateway.upstream import Upstream, cancel_when, gateway_version
 
 __all__ = ["GatewayServer", "serve_stdio"]
 
@@ -157,7 +157,7 @@ class GatewayServer:
             warnings.simplefilter("ignore", MCPDeprecationWarning)
             self.server = _GatewayLowLevelServer(
                 "mcp-gateway",
-                version=_version(),
+                version=gateway_version(),
                 instructions=_INSTRUCTIONS,
                 on_list_tools=self._list_tools,
                 on_call_tool=self._call_tool,
@@ -638,17 +638,6 @@ def _expose_result_uris(result: Any, prefix: str) -> Any:
 async def serve_stdio(gateway: GatewayServer, *, stop: anyio.Event) -> None:
     """Serve over stdio until the client closes stdin or `stop` is set."""
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_cancel_on, stop, tg.cancel_scope)
+        tg.start_soon(cancel_when, stop, tg.cancel_scope)
         await gateway.run_stdio()
         tg.cancel_scope.cancel()
-
-
-async def _cancel_on(event: anyio.Event, scope: anyio.CancelScope) -> None:
-    await event.wait()
-    scope.cancel()
-
-
-def _version() -> str:
-    from gateway.upstream import _version as version
-
-    return version()

@@ -39,7 +39,16 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from gateway.catalog import ServerListing
 from gateway.errors import UpstreamTimeout, UpstreamUnavailable
 
-__all__ = ["ServerState", "Upstream", "UpstreamEvents", "UpstreamSpec", "restart_delay", "unavailable_message"]
+__all__ = [
+    "ServerState",
+    "Upstream",
+    "UpstreamEvents",
+    "UpstreamSpec",
+    "cancel_when",
+    "gateway_version",
+    "restart_delay",
+    "unavailable_message",
+]
 
 logger = logging.getLogger(__name__)
 stderr_logger = logging.getLogger("gateway.upstream.stderr")
@@ -241,6 +250,7 @@ class Upstream:
             self.retry_at = None
             self._closed = anyio.Event()
             self._transport_error = None
+            self.stderr_tail = []
             if not self._stop.is_set():
                 await self._set_state("starting", f"reconnecting (attempt {failures + 1})")
         if self.state in ("starting", "ready"):
@@ -298,8 +308,8 @@ class Upstream:
                 if self.protocol_version in MODERN_PROTOCOL_VERSIONS:
                     tg.start_soon(self._listen_worker, client)
                 with anyio.CancelScope() as watch:
-                    tg.start_soon(_cancel_when, self._stop, watch)
-                    tg.start_soon(_cancel_when, self._closed, watch)
+                    tg.start_soon(cancel_when, self._stop, watch)
+                    tg.start_soon(cancel_when, self._closed, watch)
                     await anyio.sleep_forever()
                 tg.cancel_scope.cancel()
         return connected
@@ -351,7 +361,7 @@ class Upstream:
             logging_callback=self._on_log,
             **relay,
             message_handler=self._on_message,
-            client_info=types.Implementation(name="mcp-gateway", version=_version()),
+            client_info=types.Implementation(name="mcp-gateway", version=gateway_version()),
             read_timeout_seconds=None,
         )
 
@@ -409,7 +419,7 @@ class Upstream:
                 ) as subscription:
                     acknowledged.set()
                     async with anyio.create_task_group() as tg:
-                        tg.start_soon(_cancel_when, self._resubscribe, tg.cancel_scope)
+                        tg.start_soon(cancel_when, self._resubscribe, tg.cancel_scope)
                         async for _event in subscription:
                             pass  # events also reach `_on_message`, which handles them
                         tg.cancel_scope.cancel()
@@ -531,7 +541,8 @@ class Upstream:
             await self.request("resources/unsubscribe", lambda c: _legacy(c.session.unsubscribe_resource, uri))
 
 
-async def _cancel_when(event: anyio.Event, scope: anyio.CancelScope) -> None:
+async def cancel_when(event: anyio.Event, scope: anyio.CancelScope) -> None:
+    """Cancel `scope` once `event` is set (start it as a task beside the work to bound)."""
     await event.wait()
     scope.cancel()
 
@@ -582,7 +593,8 @@ def _describe(exc: BaseException) -> str:
     return f"{name}: {text}" if text else name
 
 
-def _version() -> str:
+def gateway_version() -> str:
+    """The installed mcp-gateway version, announced to upstreams and clients."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
