@@ -147,17 +147,23 @@ def test_the_assembled_directory_holds_the_verified_model_and_the_shipped_tokeni
     assert manifest["model_file"]["kind"] in {"hardlink", "symlink", "copy"}
 
 
-def test_a_second_load_reuses_the_directory_without_hashing_the_model_again(
-    data_dir: Path, embedder: FastEmbedEmbedder, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    hashed: list[Path] = []
+@pytest.fixture
+def hashed(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The files the loader hashes from now on (it should hash the 23 MB model only when needed)."""
+    seen: list[Path] = []
     real = embedder_module._sha256_file
 
     def counting(path: Path) -> str:
-        hashed.append(path)
+        seen.append(path)
         return real(path)
 
     monkeypatch.setattr(embedder_module, "_sha256_file", counting)
+    return seen
+
+
+def test_a_second_load_reuses_the_directory_without_hashing_the_model_again(
+    data_dir: Path, embedder: FastEmbedEmbedder, hashed: list[Path]
+) -> None:
     manifest = data_dir / "models" / DEFAULT_MODEL_ID / MANIFEST
     before = manifest.stat().st_mtime_ns
     again = load_embedder(EmbeddingSettings(), data_dir)
@@ -166,18 +172,10 @@ def test_a_second_load_reuses_the_directory_without_hashing_the_model_again(
     assert manifest.stat().st_mtime_ns == before
 
 
-def test_a_changed_source_is_hashed_again_and_relinked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_changed_source_is_hashed_again_and_relinked(tmp_path: Path, hashed: list[Path]) -> None:
     source = tmp_path / "pkg" / "model.onnx"
     source.parent.mkdir()
     shutil.copyfile(_installed_model(), source)
-    hashed: list[Path] = []
-    real = embedder_module._sha256_file
-
-    def counting(path: Path) -> str:
-        hashed.append(path)
-        return real(path)
-
-    monkeypatch.setattr(embedder_module, "_sha256_file", counting)
     prepare = embedder_module._prepare_default_model_dir
     target = prepare(tmp_path / "data", source=source)
     assert hashed == [source]
