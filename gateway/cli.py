@@ -22,7 +22,13 @@ from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.errors import GatewayError, error_result
 from gateway.http import bind_socket, serve_http
 from gateway.plugins import PluginInfo, PluginManager, get_plugin_manager
-from gateway.registry import RegistrationError, Registry, specs_from_config, specs_from_plugins
+from gateway.registry import (
+    RegistrationError,
+    Registry,
+    check_plugin_sections,
+    specs_from_config,
+    specs_from_plugins,
+)
 from gateway.router.service import RouterService, build_router, load_router_embedder
 from gateway.server import GatewayServer, serve_stdio
 from gateway.settings import Settings
@@ -115,8 +121,9 @@ def _configure_logging(settings: Settings) -> None:
 
 def _load(settings: Settings, *, serving: bool) -> tuple[GatewayConfig, Registry, PluginManager]:
     config = load_config(settings.config)
-    pm, _infos = get_plugin_manager(settings)
-    specs = specs_from_plugins(pm, settings) + specs_from_config(config)
+    pm, infos = get_plugin_manager(settings)
+    check_plugin_sections(config, [info.name for info in infos])
+    specs = specs_from_plugins(pm, settings, config) + specs_from_config(config)
     # Only `serve` has a client to relay sampling, elicitation and roots requests to.
     return config, Registry(specs, settings, relay_requests=serving), pm
 

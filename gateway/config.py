@@ -17,7 +17,7 @@ import re
 import shlex
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 import yaml
@@ -39,6 +39,7 @@ __all__ = [
     "ServerConfig",
     "ToolFilter",
     "load_config",
+    "validate_plugin_settings",
     "parse_config",
 ]
 
@@ -79,6 +80,7 @@ _INTERPOLATION_RE = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*)
 MASK = "***"
 
 KeyPath = tuple[str | int, ...]
+M = TypeVar("M", bound=BaseModel)
 
 
 class ConfigError(Exception):
@@ -215,10 +217,41 @@ class GatewayConfig(BaseModel):
     path: Path
     servers: dict[str, ServerConfig] = Field(default_factory=dict)
     plugins: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    _lines: dict[KeyPath, int] = PrivateAttr(default_factory=dict)
+    """Key path -> line in the file, kept so plugin settings validated later name their line."""
 
     def enabled_servers(self) -> list[ServerConfig]:
         """The servers the gateway should start, in file order."""
         return [server for server in self.servers.values() if server.enabled]
+
+    def line_of(self, key_path: KeyPath) -> int | None:
+        """The line of the deepest part of `key_path` found in the file (missing keys: their parent's)."""
+        for end in range(len(key_path), -1, -1):
+            if key_path[:end] in self._lines:
+                return self._lines[key_path[:end]]
+        return None
+
+
+def validate_plugin_settings(config: GatewayConfig, name: str, model: type[M]) -> M:
+    """Validate the `plugins.<name>` section against the plugin's pydantic `model`.
+
+    A problem is one `ConfigError` naming the file, the line and the key
+    (`external-mcps.yaml:14: plugins.openapi.specs[0].url: Field required`).
+    """
+    raw = config.plugins.get(name, {})
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key_path: KeyPath = ("plugins", name, *(part for part in first["loc"] if isinstance(part, str | int)))
+        message = first["msg"]
+        if first["type"] == "extra_forbidden":
+            known = [key for key in model.model_fields if key not in raw]
+            close = difflib.get_close_matches(str(key_path[-1]), known, n=1)
+            message = f"unknown setting{f' (did you mean {close[0]!r}?)' if close else ''}"
+        if len(exc.errors()) > 1:
+            message += f" (and {len(exc.errors()) - 1} more)"
+        raise ConfigError(config.path, message, config.line_of(key_path), _format_key(key_path)) from None
 
 
 def load_config(path: Path, environ: Mapping[str, str] | None = None) -> GatewayConfig:
@@ -299,10 +332,14 @@ class _Parser:
                 self.sections[sid] = section
         self._check_prefixes(servers)
         plugins = {
-            name: self._mapping(value, ("plugins", name), "setting to value")
+            name: self._interpolate(
+                self._mapping(value, ("plugins", name), "setting to value"), ("plugins", name), False
+            )
             for name, value in self._mapping(data.get("plugins"), ("plugins",), "plugin name to settings").items()
         }
-        return GatewayConfig(path=self.path, servers=servers, plugins=plugins)
+        config = GatewayConfig(path=self.path, servers=servers, plugins=plugins)
+        config._lines.update({key: line for key, line in self.lines.items() if key[:1] == ("plugins",)})
+        return config
 
     def _yaml_error(self, exc: yaml.MarkedYAMLError) -> ConfigError:
         """PyYAML's problem and context, on the problem's (1-based) line."""

@@ -14,6 +14,7 @@ import pluggy
 
 if TYPE_CHECKING:
     from mcp.server import MCPServer, Server
+    from pydantic import BaseModel
 
     from gateway.router.base import Embedder
     from gateway.settings import Settings
@@ -53,13 +54,16 @@ class RegisterServer(Protocol):
 
 
 @hookspec
-def gateway_register_servers(register: RegisterServer, settings: Settings) -> None:
+def gateway_register_servers(register: RegisterServer, settings: Settings, config: BaseModel | None) -> None:
     """Register internal MCP servers by calling `register(name, server, ...)`.
 
     Every plugin's implementation is called; the servers of all of them are served.
     The gateway reaches each one through the SDK's in-memory transport, exactly as it
     reaches an external server over stdio or HTTP. `settings` gives the data directory
-    and other gateway-wide settings.
+    and other gateway-wide settings. `config` is this plugin's own `plugins.<name>:`
+    section of the YAML file, validated against the pydantic model the plugin module
+    declares as `Config` (None when it declares none). An implementation may leave
+    out any argument it does not use.
     """
 
 

@@ -17,16 +17,25 @@ import anyio
 import mcp_types as types
 from mcp import StdioServerParameters
 from mcp.server import MCPServer, Server
+from pydantic import BaseModel
 
 from gateway.catalog import Catalog, ServerListing, build_catalog
-from gateway.config import GatewayConfig, ServerConfig
+from gateway.config import ConfigError, GatewayConfig, ServerConfig, validate_plugin_settings
 from gateway.errors import ToolNotFound, UpstreamUnavailable
 from gateway.plugins import PluginManager
 from gateway.relay import Relay
 from gateway.settings import Settings
 from gateway.upstream import Upstream, UpstreamSpec, unavailable_message
 
-__all__ = ["ChangeKind", "Registry", "RegistrationError", "specs_from_config", "specs_from_plugins"]
+__all__ = [
+    "ChangeKind",
+    "Registry",
+    "RegistrationError",
+    "check_plugin_sections",
+    "plugin_settings",
+    "specs_from_config",
+    "specs_from_plugins",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -79,8 +88,37 @@ def specs_from_config(config: GatewayConfig) -> list[UpstreamSpec]:
     return [spec_from_config(server) for server in config.servers.values()]
 
 
-def specs_from_plugins(pm: PluginManager, settings: Settings) -> list[UpstreamSpec]:
-    """Ask every plugin for its servers, through `gateway_register_servers`."""
+def plugin_settings(pm: PluginManager, name: str, config: GatewayConfig | None) -> BaseModel | None:
+    """Plugin `name`'s validated `plugins.<name>` section, or None when it declares no `Config` model."""
+    model = getattr(pm.get_plugin(name), "Config", None)
+    raw = config.plugins.get(name) if config is not None else None
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        if raw and config is not None:
+            raise ConfigError(
+                config.path,
+                "this plugin takes no settings (its module declares no `Config` model)",
+                config.line_of(("plugins", name)),
+                f"plugins.{name}",
+            )
+        return None
+    if config is None:
+        return model.model_validate({})
+    return validate_plugin_settings(config, name, model)
+
+
+def check_plugin_sections(config: GatewayConfig, known: Sequence[str]) -> None:
+    """A `plugins.<name>` section for a plugin that does not exist is a mistake worth naming."""
+    for name in config.plugins:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else f" (plugins found: {', '.join(known) or 'none'})"
+            raise ConfigError(config.path, f"no plugin named {name!r}{hint}", config.line_of(("plugins", name)))
+
+
+def specs_from_plugins(
+    pm: PluginManager, settings: Settings, config: GatewayConfig | None = None
+) -> list[UpstreamSpec]:
+    """Ask every plugin for its servers, through `gateway_register_servers`, with its own settings."""
     specs: list[UpstreamSpec] = []
     owners: dict[str, str] = {}
 
@@ -118,7 +156,8 @@ def specs_from_plugins(pm: PluginManager, settings: Settings) -> list[UpstreamSp
                 )
             )
 
-        impl.function(register=register, settings=settings)
+        offered = {"register": register, "settings": settings, "config": plugin_settings(pm, plugin_name, config)}
+        impl.function(**{name: offered[name] for name in impl.argnames})
     return specs
 
 

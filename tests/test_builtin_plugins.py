@@ -593,7 +593,7 @@ def test_both_plugins_register_their_servers_through_the_hook(tmp_path: Path) ->
     def register(name: str, server: Any, *, description: str = "", capabilities: Any = ()) -> None:
         registered[name] = {"server": server, "description": description, "capabilities": list(capabilities)}
 
-    manager.hook.gateway_register_servers(register=register, settings=Settings(data_dir=tmp_path))
+    manager.hook.gateway_register_servers(register=register, settings=Settings(data_dir=tmp_path), config=None)
     assert set(registered) == {"clock", "notes"}
     assert "timezone" in registered["clock"]["capabilities"]
     assert registered["notes"]["description"]

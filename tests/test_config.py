@@ -451,9 +451,13 @@ def test_keys_are_never_interpolated() -> None:
     assert s.env == {"${K}": "v"}
 
 
-def test_plugin_settings_are_kept_raw() -> None:
-    config = parse_config("plugins:\n  notes: {directory: '${DIR}'}\n", Path("x.yaml"), {})
-    assert config.plugins == {"notes": {"directory": "${DIR}"}}
+def test_plugin_settings_are_interpolated_too() -> None:
+    config = parse_config(
+        "plugins:\n  notes: {directory: '${DIR}', n: 1, lit: '$${X}'}\n", Path("x.yaml"), {"DIR": "/d"}
+    )
+    assert config.plugins == {"notes": {"directory": "/d", "n": 1, "lit": "${X}"}}
+    with pytest.raises(ConfigError, match=r"x.yaml:2: plugins.notes.directory: environment variable DIR is not set"):
+        parse_config("plugins:\n  notes: {directory: '${DIR}'}\n", Path("x.yaml"), {})
 
 
 def test_interpolation_reads_os_environ_by_default(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,8 +10,9 @@ import mcp_types as types
 import pytest
 from mcp.server import Server
 
+from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.plugins import get_plugin_manager
-from gateway.registry import RegistrationError, Registry, specs_from_plugins
+from gateway.registry import RegistrationError, Registry, check_plugin_sections, specs_from_plugins
 from gateway.settings import PluginSettings, Settings
 from tests.conftest import call_plugin_tool
 
@@ -214,3 +215,85 @@ def test_an_embedder_that_is_not_one_is_a_clear_error(tmp_path: Path) -> None:
     pm.register(Wrong(), name="wrong")
     with pytest.raises(TypeError, match="not an Embedder"):
         load_router_embedder(settings, pm)
+
+
+CONFIGURED_PLUGIN = """
+    from mcp.server import MCPServer
+    from pydantic import BaseModel, ConfigDict
+    from gateway.hookspecs import hookimpl
+
+    class Config(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        greeting: str = "hello"
+        times: int = 1
+
+    @hookimpl
+    def gateway_register_servers(register, config):
+        server = MCPServer("configured")
+
+        @server.tool()
+        def greet(who: str) -> str:
+            \"\"\"Greet someone.\"\"\"
+            return " ".join([f"{config.greeting} {who}"] * config.times)
+
+        register("configured", server)
+"""
+
+
+def _configured(tmp_path: Path, yaml_text: str) -> tuple[Settings, GatewayConfig]:
+    _write_plugin(tmp_path / "plugins", "configured", CONFIGURED_PLUGIN)
+    (tmp_path / "gw.yaml").write_text(textwrap.dedent(yaml_text))
+    return _settings(tmp_path, tmp_path / "plugins"), load_config(tmp_path / "gw.yaml")
+
+
+def test_a_plugin_gets_its_yaml_section_validated_by_its_config_model(tmp_path: Path) -> None:
+    settings, config = _configured(tmp_path, "plugins:\n  configured:\n    greeting: hi\n    times: 2\n")
+    pm, _ = get_plugin_manager(settings)
+
+    async def main() -> str:
+        async with Registry(specs_from_plugins(pm, settings, config), settings).running() as registry:
+            await registry.wait_settled(10)
+            result = await registry.call_tool("configured__greet", {"who": "ada"})
+            assert isinstance(result.content[0], types.TextContent)
+            return result.content[0].text
+
+    assert anyio.run(main) == "hi ada hi ada"
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "expected"),
+    [
+        (
+            "plugins:\n  configured:\n    times: many\n",
+            "gw.yaml:3: plugins.configured.times: Input should be a valid integer, "
+            "unable to parse string as an integer",
+        ),
+        (
+            "plugins:\n  configured:\n    greting: hi\n",
+            "gw.yaml:3: plugins.configured.greting: unknown setting (did you mean 'greeting'?)",
+        ),
+    ],
+)
+def test_a_bad_plugin_setting_names_file_line_and_key(tmp_path: Path, yaml_text: str, expected: str) -> None:
+    settings, config = _configured(tmp_path, yaml_text)
+    pm, _ = get_plugin_manager(settings)
+    with pytest.raises(ConfigError) as caught:
+        specs_from_plugins(pm, settings, config)
+    assert str(caught.value).endswith(expected)
+
+
+def test_settings_for_a_plugin_without_a_config_model_or_for_no_plugin_are_errors(tmp_path: Path) -> None:
+    _write_plugin(tmp_path / "plugins", "greeter", SERVER_PLUGIN.format(name="greeter"))
+    settings, config = _configured(tmp_path, "plugins:\n  greeter:\n    x: 1\n")
+    pm, infos = get_plugin_manager(settings)
+    with pytest.raises(ConfigError, match=r"gw.yaml:2: plugins.greeter: this plugin takes no settings"):
+        specs_from_plugins(pm, settings, config)
+
+    typo = load_config(_write(tmp_path / "typo.yaml", "plugins:\n  configurd: {}\n"))
+    with pytest.raises(ConfigError, match=r"typo.yaml:2: no plugin named 'configurd' \(did you mean 'configured'\?\)"):
+        check_plugin_sections(typo, [info.name for info in infos])
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
