@@ -5,7 +5,13 @@
     ├── InvalidArguments              arguments that do not fit the tool        -> invalid_arguments
     ├── UpstreamUnavailable           the server is not connected (failed, stopped, died)
     ├── UpstreamTimeout               the server did not answer within its timeout
+    ├── UpstreamUnauthorized          the server refused the gateway's credentials
+    ├── CircuitOpen                   too many consecutive failures: calls are held back
+    ├── ExceededRetries               retried as often as allowed, still failing
+    ├── ExecutionError                anything else that went wrong running the call
     └── RelayRefused                  a server-to-client request the downstream cannot take
+
+docs/errors.md lists every code with an example result.
 
 `ConfigError` (in `gateway.config`) is separate: it stops the gateway before it starts.
 
@@ -23,11 +29,15 @@ import mcp_types as types
 
 __all__ = [
     "ERROR_META_KEY",
+    "CircuitOpen",
+    "ExceededRetries",
+    "ExecutionError",
     "GatewayError",
     "InvalidArguments",
     "RelayRefused",
     "ToolNotFound",
     "UpstreamTimeout",
+    "UpstreamUnauthorized",
     "UpstreamUnavailable",
     "error_result",
 ]
@@ -37,14 +47,23 @@ ERROR_META_KEY = "mcp-gateway/error"
 
 
 class GatewayError(Exception):
-    """Base class; `code` is the model-facing error code."""
+    """Base class; `code` is the model-facing error code.
+
+    `sent` says whether the request may have reached the upstream: a failure before
+    sending is always safe to retry, one after it only for idempotent tools.
+    `details` are extra machine-readable fields for `_meta` (never secrets).
+    """
 
     code: str = "execution_error"
 
-    def __init__(self, message: str, *, server: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, server: str | None = None, sent: bool = False, details: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.server = server
+        self.sent = sent
+        self.details = details or {}
 
 
 class ToolNotFound(GatewayError):
@@ -63,13 +82,29 @@ class UpstreamTimeout(GatewayError):
     code = "upstream_timeout"
 
 
+class UpstreamUnauthorized(GatewayError):
+    code = "upstream_unauthorized"
+
+
+class CircuitOpen(GatewayError):
+    code = "circuit_open"
+
+
+class ExceededRetries(GatewayError):
+    code = "exceeded_retries"
+
+
+class ExecutionError(GatewayError):
+    code = "execution_error"
+
+
 class RelayRefused(GatewayError):
     code = "relay_refused"
 
 
 def error_result(error: GatewayError) -> types.CallToolResult:
     """The tool result a model sees for a gateway-made error."""
-    meta: dict[str, Any] = {"code": error.code}
+    meta: dict[str, Any] = {"code": error.code, **error.details}
     if error.server is not None:
         meta["server"] = error.server
     return types.CallToolResult(

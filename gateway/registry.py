@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -19,13 +20,18 @@ from mcp import StdioServerParameters
 from mcp.server import MCPServer, Server
 from pydantic import BaseModel
 
-from gateway.catalog import Catalog, ServerListing, build_catalog
+from gateway.calls import Middleware, ToolCall, compose
+from gateway.calls.breaker import CircuitBreakers
+from gateway.calls.retry import Retries
+from gateway.calls.timeout import apply_timeout
+from gateway.calls.validation import ArgumentValidator
+from gateway.catalog import Catalog, Entry, ServerListing, build_catalog
 from gateway.config import ConfigError, GatewayConfig, ServerConfig, validate_plugin_settings
-from gateway.errors import ToolNotFound, UpstreamUnavailable
+from gateway.errors import ExecutionError, ToolNotFound, UpstreamUnavailable
 from gateway.plugins import PluginManager
 from gateway.relay import Relay
 from gateway.settings import Settings
-from gateway.upstream import Upstream, UpstreamSpec, unavailable_message
+from gateway.upstream import CONNECTED_STATES, Upstream, UpstreamSpec, unavailable_message
 
 __all__ = [
     "ChangeKind",
@@ -179,9 +185,27 @@ class Registry:
                 startup_timeout=settings.startup_timeout,
                 call_timeout=settings.call_timeout,
                 relay_requests=relay_requests,
+                max_concurrent_calls=settings.resilience.max_concurrent_calls,
+                health_interval=settings.resilience.health_interval,
             )
             for s in specs
         }
+        resilience = settings.resilience
+        self.breakers = CircuitBreakers(resilience.breaker_failures, resilience.breaker_reset_seconds)
+        self.call_chain: list[Middleware] = [
+            ArgumentValidator(),
+            Retries(
+                resilience.retry_attempts,
+                resilience.retry_max_seconds,
+                eta=lambda server: self.upstreams[server].eta(),
+                wait_ready=lambda server, seconds: self.upstreams[server].wait_ready(seconds),
+            ),
+            self.breakers,
+            apply_timeout,
+        ]
+        """What every proxied tool call runs through, outermost first (see `gateway.calls`)."""
+        self._offline_tools: dict[str, Entry[types.Tool]] = {}
+        """Tools of servers that are down, so a call can wait for a reconnect instead of failing."""
         self.catalog = Catalog()
         self.relay = Relay()
         self.change_listeners: list[ChangeListener] = []
@@ -234,7 +258,7 @@ class Registry:
         level = logging.WARNING if upstream.state == "failed" else logging.INFO
         reason = f" ({upstream.reason})" if upstream.reason else ""
         logger.log(level, "server %r is %s%s", upstream.id, upstream.state, reason)
-        if upstream.state != "ready":
+        if upstream.state not in CONNECTED_STATES:
             await self._rebuild()
 
     async def resource_updated(self, upstream: Upstream, uri: str) -> None:
@@ -256,8 +280,13 @@ class Registry:
     # ---- catalog --------------------------------------------------------------
 
     async def _rebuild(self) -> None:
-        listings: list[ServerListing] = [u.listing for u in self.upstreams.values() if u.state == "ready"]
+        listings: list[ServerListing] = [u.listing for u in self.upstreams.values() if u.state in CONNECTED_STATES]
         old, new = self.catalog, build_catalog(listings)
+        self._offline_tools = {
+            name: entry
+            for name, entry in {**self._offline_tools, **old.tools}.items()
+            if name not in new.tools and self.upstreams[entry.server_id].state not in CONNECTED_STATES
+        }
         for message in new.collisions:
             if message not in old.collisions:
                 logger.warning("name collision: %s", message)
@@ -273,17 +302,19 @@ class Registry:
             for listener in list(self.change_listeners):
                 await listener(changed)
 
-    def tool(self, name: str) -> tuple[Upstream, str]:
-        """The upstream and upstream name of an exposed tool.
+    def tool(self, name: str) -> tuple[Upstream, Entry[types.Tool]]:
+        """The upstream of an exposed tool and its catalog entry (upstream name, definition).
 
-        Raises `UpstreamUnavailable` when the name belongs to a server that is down (its
-        tools leave the catalog while it is), else `ToolNotFound` naming close ones.
+        A tool of a server that is down (its tools leave the catalog while it is) is still
+        found, so that the call chain can wait for the reconnect or say when it is due.
+        Raises `UpstreamUnavailable` for a server that is down and whose tools were never
+        seen, else `ToolNotFound` naming close ones.
         """
-        entry = self.catalog.tools.get(name)
+        entry = self.catalog.tools.get(name) or self._offline_tools.get(name)
         if entry is not None:
-            return self.upstreams[entry.server_id], entry.original
+            return self.upstreams[entry.server_id], entry
         owner = self.owner_of(name)
-        if owner is not None and owner.state != "ready":
+        if owner is not None and owner.state not in CONNECTED_STATES:
             raise UpstreamUnavailable(unavailable_message(owner), server=owner.id)
         close = difflib.get_close_matches(name, list(self.catalog.tools), n=3, cutoff=0.5)
         hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
@@ -308,12 +339,36 @@ class Registry:
         found = self.catalog.resolve_template(uri_template)
         return None if found is None else (self.upstreams[found[0]], found[1])
 
-    async def call_tool(self, name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
-        """Call an exposed tool with no downstream context (the CLI's one-shot `call`)."""
-        upstream, original = self.tool(name)
-        result = await upstream.request("tools/call", lambda c: c.call_tool(original, arguments))
-        assert isinstance(result, types.CallToolResult)
-        return result
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any] | None, *, progress: Any = None, meta: Any = None
+    ) -> types.CallToolResult:
+        """Call an exposed tool through the call chain; gateway errors are raised (`GatewayError`).
+
+        `progress` (an SDK progress callback) and `meta` (request `_meta`) are passed upstream.
+        """
+        upstream, entry = self.tool(name)
+
+        async def send(args: dict[str, Any] | None) -> types.CallToolResult:
+            result = await upstream.request(
+                f"tools/call {name!r}",
+                lambda c: c.call_tool(entry.original, args, progress_callback=progress, meta=meta),
+                timeout=math.inf,  # `apply_timeout` bounds each attempt with the tool's own timeout
+            )
+            if not isinstance(result, types.CallToolResult):
+                raise ExecutionError(f"Server {upstream.id!r} answered {name!r} with something that is not a result.")
+            return result
+
+        call = ToolCall(
+            server=upstream.id,
+            name=name,
+            original=entry.original,
+            tool=entry.item,
+            arguments=arguments,
+            send=send,
+            timeout=upstream.timeout_for(entry.original),
+            idempotent=upstream.idempotent(entry.item, entry.original),
+        )
+        return await compose(self.call_chain)(call)
 
 
 def _items(entries: dict[str, Any]) -> list[tuple[str, Any]]:

@@ -198,7 +198,7 @@ class GatewayServer:
         """The gateway's own instructions, then each connected server's, under its name."""
         parts = [_INSTRUCTIONS]
         for upstream in self.registry.upstreams.values():
-            if upstream.state == "ready" and upstream.instructions:
+            if upstream.connected and upstream.instructions:
                 prefix = f" (tools '{upstream.spec.prefix}__*')" if upstream.spec.prefix else ""
                 parts.append(f"## {upstream.id}{prefix}\n{upstream.instructions.strip()}")
         return "\n\n".join(parts)
@@ -308,14 +308,11 @@ class GatewayServer:
             if params.name in GATEWAY_TOOL_NAMES and params.name not in self.registry.catalog.tools:
                 return await self._gateway_tool(ctx, params)
             await self._owner_settled(params.name)
-            upstream, original = self.registry.tool(params.name)
+            upstream, _entry = self.registry.tool(params.name)
 
             async def send(progress: Any) -> Any:
-                result = await upstream.request(
-                    f"tools/call {params.name!r}",
-                    lambda c: c.call_tool(
-                        original, params.arguments, progress_callback=progress, meta=_forwarded_meta(ctx)
-                    ),
+                result = await self.registry.call_tool(
+                    params.name, params.arguments, progress=progress, meta=_forwarded_meta(ctx)
                 )
                 return _expose_result_uris(result, upstream.spec.prefix)
 

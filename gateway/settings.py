@@ -14,7 +14,15 @@ from typing import Literal
 from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["EmbeddingSettings", "HttpSettings", "PluginSettings", "RoutingSettings", "Settings", "default_data_dir"]
+__all__ = [
+    "EmbeddingSettings",
+    "HttpSettings",
+    "PluginSettings",
+    "ResilienceSettings",
+    "RoutingSettings",
+    "Settings",
+    "default_data_dir",
+]
 
 
 def default_data_dir() -> Path:
@@ -87,6 +95,29 @@ class RoutingSettings(BaseModel):
     )
 
 
+class ResilienceSettings(BaseModel):
+    """How proxied calls survive failing upstreams: retries, circuit breakers, health checks."""
+
+    retry_attempts: int = Field(
+        default=3, ge=1, le=10, description="Most attempts per tool call, the first included (1: never retry)."
+    )
+    retry_max_seconds: float = Field(
+        default=10.0, ge=0, description="Retries stop once this many seconds have passed since the first attempt."
+    )
+    breaker_failures: int = Field(
+        default=5, ge=1, description="Consecutive failed calls to one server that open its circuit breaker."
+    )
+    breaker_reset_seconds: float = Field(
+        default=30.0, gt=0, description="Seconds an open breaker waits before letting one probe call through."
+    )
+    health_interval: float = Field(
+        default=30.0, ge=0, description="Seconds between pings of each connected server (0: no health checks)."
+    )
+    max_concurrent_calls: int = Field(
+        default=32, ge=1, description="Most requests in flight to one server; more wait their turn."
+    )
+
+
 class Settings(BaseSettings):
     """Everything that is not in the YAML file."""
 
@@ -118,3 +149,4 @@ class Settings(BaseSettings):
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     plugins: PluginSettings = Field(default_factory=PluginSettings)
+    resilience: ResilienceSettings = Field(default_factory=ResilienceSettings)

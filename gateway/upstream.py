@@ -10,6 +10,7 @@ with a reason, and the other servers never notice.
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 import math
 import os
@@ -37,9 +38,11 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from gateway.catalog import ServerListing
-from gateway.errors import UpstreamTimeout, UpstreamUnavailable
+from gateway.errors import UpstreamTimeout, UpstreamUnauthorized, UpstreamUnavailable
+from gateway.stdio_child import stdio_child
 
 __all__ = [
+    "CONNECTED_STATES",
     "ServerState",
     "Upstream",
     "UpstreamEvents",
@@ -53,7 +56,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 stderr_logger = logging.getLogger("gateway.upstream.stderr")
 
-ServerState = Literal["starting", "ready", "failed", "disabled", "stopped"]
+ServerState = Literal["starting", "ready", "degraded", "failed", "disabled", "stopped"]
+CONNECTED_STATES = ("ready", "degraded")
+"""States in which requests are sent: `degraded` is connected but failing health checks."""
 Transport = Literal["memory", "stdio", "http", "sse"]
 
 STDERR_TAIL = 20
@@ -62,6 +67,11 @@ RESTART_BACKOFF_BASE = 1.0
 """Seconds before the first reconnection attempt; doubled after each failure."""
 RESTART_BACKOFF_MAX = 60.0
 """The longest wait between reconnection attempts."""
+
+HEALTH_TIMEOUT = 10.0
+"""Seconds a health-check ping may take (at most the server's call timeout)."""
+HEALTH_MISSES = 3
+"""Missed pings in a row after which the connection is dropped and re-made."""
 
 _MAX_PAGES = 1000
 """Upstream pagination cap: a server whose cursor never ends cannot hang a listing."""
@@ -86,6 +96,14 @@ class UpstreamSpec:
     tool_filter: Callable[[str], bool] | None = None
     protocol: Literal["auto", "legacy"] = "auto"
     """`auto` probes 2026-07-28 `server/discover` first; `legacy` goes straight to `initialize`."""
+    tool_timeouts: Mapping[str, float] = field(default_factory=dict)
+    """Per-tool timeouts, by fnmatch glob on the server's own tool names; first match wins."""
+    retry_tools: tuple[str, ...] = ()
+    """Globs of tools safe to retry after the request was sent, besides annotated ones."""
+    max_concurrent_calls: int | None = None
+    """Most requests in flight at once; None: the gateway-wide default."""
+    health_interval: float | None = None
+    """Seconds between pings; None: the gateway-wide default; 0: none."""
 
     @property
     def display_name(self) -> str:
@@ -159,8 +177,17 @@ async def _watched(transport: Any, closed: anyio.Event) -> AsyncIterator[tuple[A
 
 
 @asynccontextmanager
-async def _http_transport(url: str, headers: Mapping[str, str]) -> AsyncIterator[tuple[Any, Any]]:
+async def _http_transport(
+    url: str, headers: Mapping[str, str], on_status: Callable[[int], None]
+) -> AsyncIterator[tuple[Any, Any]]:
+    """Streamable HTTP, reporting every response's status (the SDK turns 401 and 500 alike
+    into one generic JSON-RPC error, and the status is what tells them apart)."""
+
+    async def report(response: Any) -> None:
+        on_status(response.status_code)
+
     async with create_mcp_http_client(headers=dict(headers)) as http_client:
+        http_client.event_hooks["response"].append(report)
         async with streamable_http_client(url, http_client=http_client) as streams:
             yield streams
 
@@ -176,6 +203,8 @@ class Upstream:
         startup_timeout: float = 30.0,
         call_timeout: float = 60.0,
         relay_requests: bool = True,
+        max_concurrent_calls: int = 32,
+        health_interval: float = 30.0,
     ) -> None:
         self.spec = spec
         self.relay_requests = relay_requests
@@ -183,6 +212,16 @@ class Upstream:
         self.events = events
         self.startup_timeout = startup_timeout
         self.call_timeout = spec.timeout if spec.timeout is not None else call_timeout
+        self.health_interval = spec.health_interval if spec.health_interval is not None else health_interval
+        self.limiter = anyio.CapacityLimiter(spec.max_concurrent_calls or max_concurrent_calls)
+        """Caps requests in flight to this server; the rest queue here, not in the server."""
+        self.pid: int | None = None
+        """The stdio child's pid (also its process group id) while it runs."""
+        self.unauthorized = False
+        """Whether the last connection attempt was refused for the gateway's credentials."""
+        self._state_event = anyio.Event()
+        self.http_status: int | None = None
+        """The status of the last HTTP response from a streamable-HTTP server."""
         self.state: ServerState = "starting" if spec.enabled else "disabled"
         self.reason: str | None = None if spec.enabled else "disabled in the configuration"
         self.state_since = datetime.now(UTC)
@@ -238,6 +277,7 @@ class Upstream:
                 await self._set_state("failed", self._reason(exc))
             finally:
                 self._client = None
+                self.pid = None
                 self._ready.set()
             if self._stop.is_set():
                 break
@@ -251,6 +291,7 @@ class Upstream:
             self._closed = anyio.Event()
             self._transport_error = None
             self.stderr_tail = []
+            self.http_status = None
             if not self._stop.is_set():
                 await self._set_state("starting", f"reconnecting (attempt {failures + 1})")
         if self.state in ("starting", "ready"):
@@ -259,6 +300,10 @@ class Upstream:
     def _reason(self, exc: BaseException) -> str:
         """One line saying why the connection failed, with what the server itself said."""
         reason = _describe(exc)
+        self.unauthorized = self.http_status in (401, 403) or _status_of(exc) in (401, 403)
+        if self.unauthorized:
+            status = self.http_status if self.http_status in (401, 403) else _status_of(exc)
+            reason = f"the server refused the gateway's credentials (HTTP {status}); {reason}"
         if self._transport_error:
             reason += f"; the server sent something that is not MCP: {self._transport_error}"
         if self.stderr_tail:
@@ -305,6 +350,8 @@ class Upstream:
             self._ready.set()
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._refresh_worker, client)
+                if self.health_interval > 0:
+                    tg.start_soon(self._health_worker, client)
                 if self.protocol_version in MODERN_PROTOCOL_VERSIONS:
                     tg.start_soon(self._listen_worker, client)
                 with anyio.CancelScope() as watch:
@@ -339,12 +386,10 @@ class Upstream:
             target = spec.target
         elif spec.transport == "stdio":
             assert isinstance(spec.target, StdioServerParameters)
-            from mcp.client.stdio import stdio_client
-
-            target = _watched(stdio_client(spec.target, errlog=errlog or sys.stderr), self._closed)
+            target = _watched(stdio_child(spec.target, errlog or sys.stderr, self._on_spawn), self._closed)
         elif spec.transport == "http":
             assert isinstance(spec.target, str)
-            target = _watched(_http_transport(spec.target, spec.headers), self._closed)
+            target = _watched(_http_transport(spec.target, spec.headers, self._on_http_status), self._closed)
         else:
             assert isinstance(spec.target, str)
             target = _watched(sse_client(spec.target, headers=dict(spec.headers)), self._closed)
@@ -365,11 +410,52 @@ class Upstream:
             read_timeout_seconds=None,
         )
 
+    def _on_spawn(self, pid: int) -> None:
+        self.pid = pid
+
+    def _on_http_status(self, status: int) -> None:
+        self.http_status = status
+
     async def _set_state(self, state: ServerState, reason: str | None) -> None:
         if state == self.state and reason == self.reason:
             return
         self.state, self.reason, self.state_since = state, reason, datetime.now(UTC)
+        self._state_event.set()
+        self._state_event = anyio.Event()
         await self.events.state_changed(self)
+
+    @property
+    def connected(self) -> bool:
+        return self._client is not None and self.state in CONNECTED_STATES
+
+    def eta(self) -> float:
+        """Seconds until this server may be connected again: 0 if it is or is connecting, inf if never."""
+        if self.connected or self.state == "starting":
+            return 0.0
+        if self.retry_at is not None and not self._stop.is_set():
+            return max(0.0, (self.retry_at - datetime.now(UTC)).total_seconds())
+        return math.inf
+
+    async def wait_ready(self, timeout: float) -> None:
+        """Wait up to `timeout` seconds for the server to be connected (returns early if it is)."""
+        with anyio.move_on_after(timeout):
+            while not self.connected:
+                await self._state_event.wait()
+
+    def timeout_for(self, tool: str) -> float:
+        """The tool's own timeout (first matching glob in `tool_timeouts`), else the server's."""
+        for pattern, seconds in self.spec.tool_timeouts.items():
+            if fnmatch.fnmatchcase(tool, pattern):
+                return seconds
+        return self.call_timeout
+
+    def idempotent(self, tool: types.Tool, original: str) -> bool:
+        """Whether a call may run twice: annotated read-only or idempotent, or its name (`original`,
+        the server's own) matches a `retry_tools` glob."""
+        hints = tool.annotations
+        if hints is not None and (hints.read_only_hint or hints.idempotent_hint):
+            return True
+        return any(fnmatch.fnmatchcase(original, pattern) for pattern in self.spec.retry_tools)
 
     # ---- listing --------------------------------------------------------------
 
@@ -403,6 +489,33 @@ class Upstream:
             if listing != self.listing:
                 self.listing = listing
                 await self.events.listing_changed(self)
+
+    async def _health_worker(self, client: Client) -> None:
+        """Ping every `health_interval` s: a missed ping makes the server `degraded`, three in a
+        row close the connection so the supervisor reconnects. Pings bypass the call cap."""
+        misses = 0
+        while True:
+            await anyio.sleep(self.health_interval)
+            try:
+                with anyio.fail_after(min(self.call_timeout, HEALTH_TIMEOUT)):
+                    await client.send_ping()
+            except MCPError as exc:
+                if exc.code not in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT):
+                    misses = 0  # it answered, if only to say it has no ping
+                    continue
+                misses += 1
+            except (TimeoutError, OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                misses += 1
+            else:
+                if misses:
+                    misses = 0
+                    await self._set_state("ready", None)
+                continue
+            if misses >= HEALTH_MISSES:
+                logger.warning("server %r missed %d health checks in a row; reconnecting", self.id, misses)
+                self._closed.set()
+                return
+            await self._set_state("degraded", f"missed {misses} health check(s) of {HEALTH_MISSES}")
 
     async def _listen_worker(self, client: Client) -> None:
         """Hold a `subscriptions/listen` stream open (2026-07-28 servers send changes only there)."""
@@ -475,43 +588,84 @@ class Upstream:
     # ---- requests -------------------------------------------------------------
 
     def _connected_client(self) -> Client:
-        if self._client is None or self.state != "ready":
-            reason = f": {self.reason}" if self.reason else ""
-            raise UpstreamUnavailable(f"Server {self.id!r} is not available ({self.state}{reason}).", server=self.id)
+        if self._client is None or self.state not in CONNECTED_STATES:
+            if self.unauthorized:
+                raise UpstreamUnauthorized(
+                    f"Server {self.id!r} refused the gateway's credentials ({self.reason}). "
+                    "An operator has to fix its credentials in the gateway's configuration.",
+                    server=self.id,
+                )
+            raise UpstreamUnavailable(unavailable_message(self), server=self.id)
         return self._client
 
-    async def request(self, operation: str, send: Callable[[Client], Awaitable[Any]]) -> Any:
+    async def request(
+        self, operation: str, send: Callable[[Client], Awaitable[Any]], *, timeout: float | None = None
+    ) -> Any:
         """Run one request on this server, translating transport failures into gateway errors.
 
-        Errors the server sent itself (`MCPError`) are re-raised unchanged so that protocol
-        errors stay JSON-RPC errors downstream.
+        `timeout` defaults to the server's; pass `math.inf` when the caller bounds the time
+        itself. Errors the server sent itself (`MCPError`) are re-raised unchanged so that
+        protocol errors stay JSON-RPC errors downstream. A gateway error says whether the
+        request may have reached the server (`sent`), which decides whether it may be retried.
         """
-        client = self._connected_client()
-        try:
-            with anyio.fail_after(self.call_timeout):
-                return await send(client)
-        except TimeoutError:
-            raise UpstreamTimeout(
-                f"Server {self.id!r} did not answer {operation} within {self.call_timeout:g} s; "
-                "the request was cancelled. Try again, or with simpler arguments.",
-                server=self.id,
-            ) from None
-        except MCPError as exc:
-            if exc.code == types.CONNECTION_CLOSED:
+        limit = self.call_timeout if timeout is None else timeout
+        async with self.limiter:
+            client = self._connected_client()
+            try:
+                with anyio.fail_after(limit):
+                    return await send(client)
+            except TimeoutError:
+                raise UpstreamTimeout(
+                    f"Server {self.id!r} did not answer {operation} within {limit:g} s; "
+                    "the request was cancelled. Try again, or with simpler arguments.",
+                    server=self.id,
+                    sent=True,
+                ) from None
+            except MCPError as exc:
+                raise self._translate(operation, exc) from None
+            except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
                 self._closed.set()
                 raise UpstreamUnavailable(
-                    f"Server {self.id!r} closed its connection during {operation}.", server=self.id
+                    f"Server {self.id!r} could not be reached for {operation}: {_describe(exc)}.",
+                    server=self.id,
+                    sent=not isinstance(exc, ConnectionRefusedError),
                 ) from None
-            if exc.code == types.REQUEST_TIMEOUT:
-                raise UpstreamTimeout(
-                    f"Server {self.id!r} did not answer {operation} in time.", server=self.id
-                ) from None
-            raise
-        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+
+    def _translate(self, operation: str, exc: MCPError) -> Exception:
+        """A gateway error for what the transport (not the server) reported; else `exc` itself."""
+        if exc.code == types.CONNECTION_CLOSED:
             self._closed.set()
-            raise UpstreamUnavailable(
-                f"Server {self.id!r} could not be reached for {operation}: {_describe(exc)}.", server=self.id
-            ) from None
+            return UpstreamUnavailable(
+                f"Server {self.id!r} closed its connection during {operation}; the gateway reconnects.",
+                server=self.id,
+                sent=True,
+            )
+        if exc.code == types.REQUEST_TIMEOUT:
+            return UpstreamTimeout(f"Server {self.id!r} did not answer {operation} in time.", server=self.id, sent=True)
+        if self.spec.transport != "http":
+            return exc
+        if exc.code == types.INVALID_REQUEST and exc.error.message == "Session terminated":
+            # The server forgot our session (it restarted): reconnect; the request never ran.
+            self._closed.set()
+            return UpstreamUnavailable(
+                f"Server {self.id!r} ended the gateway's session; the gateway reconnects.", server=self.id
+            )
+        if exc.code == types.INTERNAL_ERROR and exc.error.message == "Server returned an error response":
+            status = self.http_status
+            if status in (401, 403):
+                return UpstreamUnauthorized(
+                    f"Server {self.id!r} refused the gateway's credentials (HTTP {status}) for {operation}. "
+                    "An operator has to fix its credentials in the gateway's configuration.",
+                    server=self.id,
+                    details={"http_status": status},
+                )
+            return UpstreamUnavailable(
+                f"Server {self.id!r} failed {operation} with HTTP {status or 'error'}; try again later.",
+                server=self.id,
+                sent=True,
+                details={"http_status": status} if status else None,
+            )
+        return exc
 
     async def subscribe(self, uri: str) -> None:
         """Subscribe to updates of one resource, on whichever protocol era the server speaks."""
@@ -582,6 +736,15 @@ def restart_delay(failures: int) -> float:
     """Exponential backoff with jitter: about 1, 2, 4 ... seconds, at most a minute."""
     base = min(RESTART_BACKOFF_MAX, RESTART_BACKOFF_BASE * 2 ** (failures - 1))
     return float(base * random.uniform(0.5, 1.0))
+
+
+def _status_of(exc: BaseException) -> int | None:
+    """The HTTP status inside an exception (group), if an HTTP response caused it."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    response = getattr(exc, "response", None)
+    status = getattr(response, "status_code", None)
+    return status if isinstance(status, int) else None
 
 
 def _describe(exc: BaseException) -> str:

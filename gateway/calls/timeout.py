@@ -1,0 +1,27 @@
+"""The per-call deadline. Expiring it cancels the request, which the SDK turns into a
+`notifications/cancelled` to the upstream, so a hung tool does not keep working for nobody."""
+
+from __future__ import annotations
+
+import anyio
+import mcp_types as types
+
+from gateway.calls.chain import CallHandler, ToolCall
+from gateway.errors import UpstreamTimeout
+
+__all__ = ["apply_timeout"]
+
+
+async def apply_timeout(call: ToolCall, call_next: CallHandler) -> types.CallToolResult:
+    """Run the rest of the chain within `call.timeout` seconds, else raise `upstream_timeout`."""
+    try:
+        with anyio.fail_after(call.timeout):
+            return await call_next(call)
+    except TimeoutError:
+        raise UpstreamTimeout(
+            f"Server {call.server!r} did not finish {call.name!r} within {call.timeout:g} s; the call was "
+            "cancelled. Try again later, or with arguments that ask for less work.",
+            server=call.server,
+            sent=True,
+            details={"timeout_seconds": call.timeout},
+        ) from None

@@ -1,0 +1,108 @@
+"""Check a call's arguments against the tool's inputSchema before anything is sent.
+
+A model that gets an argument wrong learns which parameter and what the tool expects,
+in one sentence, without a round trip to the upstream (which might have acted on a
+half-valid call). A schema the upstream got wrong itself is not held against the call:
+it is logged once and the call goes through unchecked.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import jsonschema
+import mcp_types as types
+from jsonschema.exceptions import SchemaError, ValidationError
+from jsonschema.protocols import Validator
+
+from gateway.calls.chain import CallHandler, ToolCall
+from gateway.errors import InvalidArguments
+
+__all__ = ["ArgumentValidator", "signature"]
+
+logger = logging.getLogger(__name__)
+
+
+class ArgumentValidator:
+    """The validation middleware; keeps one compiled validator per tool definition."""
+
+    def __init__(self) -> None:
+        self._compiled: dict[tuple[str, str], tuple[object, Validator | None]] = {}
+
+    async def __call__(self, call: ToolCall, call_next: CallHandler) -> types.CallToolResult:
+        problem = self.problem(call.server, call.tool, call.arguments or {})
+        if problem is not None:
+            raise InvalidArguments(
+                f"Invalid arguments for {call.name!r}: {problem}. Expected: {signature(call.name, call.tool)}.",
+                server=call.server,
+            )
+        return await call_next(call)
+
+    def problem(self, server: str, tool: types.Tool, arguments: dict[str, Any]) -> str | None:
+        """What is wrong with `arguments`, naming the parameter, or None when they fit."""
+        validator = self._validator(server, tool)
+        if validator is None:
+            return None
+        error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
+        return None if error is None else describe(error)
+
+    def _validator(self, server: str, tool: types.Tool) -> Validator | None:
+        key = (server, tool.name)
+        cached = self._compiled.get(key)
+        if cached is not None and cached[0] is tool.input_schema:
+            return cached[1]
+        schema = tool.input_schema
+        validator: Validator | None
+        try:
+            cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+            cls.check_schema(schema)
+            validator = cls(schema)
+        except SchemaError as exc:
+            logger.warning("server %r: tool %r has an invalid inputSchema (%s); not validating", *key, exc.message)
+            validator = None
+        self._compiled[key] = (schema, validator)
+        return validator
+
+
+def describe(error: ValidationError) -> str:
+    """`parameter 'limit': 'ten' is not of type 'integer'`, or the message for the whole object."""
+    path = list(error.absolute_path)
+    if error.validator == "required" and not path:
+        missing = next((name for name in error.validator_value if name not in (error.instance or {})), None)
+        if missing is not None:
+            return f"parameter {missing!r} is required"
+    if error.validator == "additionalProperties" and not path:
+        return error.message.replace("Additional properties", "unknown parameters")
+    if not path:
+        return f"the arguments {error.message}"
+    where = str(path[0]) + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path[1:])
+    return f"parameter {where!r}: {error.message}"
+
+
+def signature(name: str, tool: types.Tool) -> str:
+    """`search(query: string, limit?: integer)`: what the tool takes, in one line."""
+    properties = tool.input_schema.get("properties") or {}
+    required = set(tool.input_schema.get("required") or [])
+    parts = [
+        f"{param}{'' if param in required else '?'}: {_type_of(spec)}"
+        for param, spec in properties.items()
+        if isinstance(spec, dict)
+    ]
+    return f"{name}({', '.join(parts)})"
+
+
+def _type_of(spec: dict[str, Any]) -> str:
+    if "enum" in spec:
+        return " | ".join(repr(value) for value in spec["enum"][:8]) + (" | ..." if len(spec["enum"]) > 8 else "")
+    kind = spec.get("type")
+    if isinstance(kind, list):
+        return " | ".join(str(k) for k in kind)
+    if kind == "array" and isinstance(spec.get("items"), dict):
+        return f"array of {_type_of(spec['items'])}"
+    if kind:
+        return str(kind)
+    for combinator in ("anyOf", "oneOf"):
+        if isinstance(spec.get(combinator), list):
+            return " | ".join(_type_of(s) for s in spec[combinator] if isinstance(s, dict))
+    return "any"

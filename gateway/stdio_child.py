@@ -1,0 +1,170 @@
+"""The stdio transport to a child MCP server, which always takes the child's whole process group down.
+
+The SDK's `stdio_client` starts the child in its own session but kills the group only
+when the child itself outlives the grace period. When the child dies first (crashed,
+SIGKILLed, or an `npx`/`uvx` wrapper that exits), its own children stay behind, and a
+gateway that restarts such a server every few minutes piles up orphans. Here the group
+is signalled on every exit path: SIGTERM, a grace period, then SIGKILL to whatever is left.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio
+import anyio.abc
+import mcp_types as types
+from anyio.streams.text import TextReceiveStream
+from mcp import StdioServerParameters
+from mcp.client.stdio import get_default_environment
+from mcp.shared.message import SessionMessage
+
+__all__ = ["GRACE_SECONDS", "kill_process_group", "stdio_child"]
+
+logger = logging.getLogger(__name__)
+
+GRACE_SECONDS = 2.0
+"""How long a child gets to exit after stdin closes, and its group after SIGTERM."""
+_POLL = 0.02
+
+
+@asynccontextmanager
+async def stdio_child(
+    params: StdioServerParameters, errlog: TextIO, on_spawn: Callable[[int], None] | None = None
+) -> AsyncIterator[tuple[Any, Any]]:
+    """Spawn `params` in a new process group and yield (read, write) streams of JSON-RPC messages."""
+    process = await anyio.open_process(
+        [params.command, *params.args],
+        env=get_default_environment() | (params.env or {}),
+        stderr=errlog,
+        cwd=params.cwd,
+        start_new_session=True,
+    )
+    if on_spawn is not None:
+        on_spawn(process.pid)
+    read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
+
+    async def pump_stdout() -> None:
+        assert process.stdout is not None
+        buffer = ""
+        async with read_writer:
+            with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                async for chunk in TextReceiveStream(process.stdout, encoding=params.encoding, errors="replace"):
+                    *lines, buffer = (buffer + chunk).split("\n")
+                    for line in lines:
+                        if line.strip():
+                            await read_writer.send(_parse(line))
+
+    async def pump_stdin() -> None:
+        assert process.stdin is not None
+        async with write_reader:
+            with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                async for message in write_reader:
+                    text = message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
+                    await process.stdin.send(text.encode(params.encoding))
+        # The child stopped reading (or we stopped writing): end the session's reads too.
+        await read_writer.aclose()
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pump_stdout)
+            tg.start_soon(pump_stdin)
+            try:
+                yield read_stream, write_stream
+            finally:
+                tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await _stop(process)
+            for stream in (read_stream, write_stream, read_writer, write_reader):
+                await stream.aclose()
+
+
+def _parse(line: str) -> SessionMessage | Exception:
+    """One stdout line as a message, or the parse error as a value (the session reports it)."""
+    try:
+        return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+    except ValueError as exc:
+        return exc
+
+
+async def _stop(process: anyio.abc.Process) -> None:
+    """Close stdin, give the child a grace period, then clear its whole process group."""
+    if process.stdin is not None:
+        with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await process.stdin.aclose()
+    with anyio.move_on_after(GRACE_SECONDS):
+        while process.returncode is None:
+            await anyio.sleep(_POLL)
+    await kill_process_group(process.pid, lambda: process.returncode)
+    if process.stdout is not None:
+        with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await process.stdout.aclose()
+    # The subprocess transport otherwise lingers (and warns at GC) while a pipe end is open.
+    transport = getattr(getattr(process, "_process", None), "_transport", None)
+    close = getattr(transport, "close", None)
+    if callable(close):
+        with suppress(PermissionError):
+            close()
+
+
+async def kill_process_group(pgid: int, reap: Callable[[], object] = lambda: None) -> None:
+    """SIGTERM every process in group `pgid`, wait for them, SIGKILL the rest.
+
+    `reap` is called while waiting so that a zombie leader (ours to reap) does not keep
+    the group alive for the whole grace period.
+    """
+    if not _signal_group(pgid, signal.SIGTERM):
+        return
+    with anyio.move_on_after(GRACE_SECONDS):
+        while _group_alive(pgid):
+            reap()
+            await anyio.sleep(_POLL)
+        return
+    logger.warning("process group %d ignored SIGTERM for %g s; killing it", pgid, GRACE_SECONDS)
+    _signal_group(pgid, signal.SIGKILL)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> bool:
+    """Whether anything was left to signal."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        logger.warning("no permission to signal process group %d", pgid)
+    return True
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a live (non-zombie) process is left in the group.
+
+    On Linux /proc tells zombies apart: an orphan whose new parent does not reap it
+    (PID 1 in some containers) would otherwise look alive for the whole grace period.
+    """
+    proc = Path("/proc")
+    if proc.is_dir():
+        return any(_live_member(stat, pgid) for stat in proc.glob("[0-9]*/stat"))
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # one we may not signal: not proof that it is gone
+    return True
+
+
+def _live_member(stat: Path, pgid: int) -> bool:
+    try:
+        # `pid (comm) state ppid pgrp ...`; comm may contain spaces or parentheses.
+        fields = stat.read_text().rpartition(")")[2].split()
+    except OSError:
+        return False
+    return len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z"
