@@ -55,6 +55,7 @@ SERVER_SECTIONS = ("mcps", "mcpServers", "servers")
 SERVER_KEYS = (
     "name", "description", "command", "args", "env", "cwd", "url", "headers", "transport", "type",
     "protocol", "credentials", "capabilities", "enabled", "timeout", "tools", "prefix",
+    "tool_timeouts", "retry_tools", "max_concurrent_calls", "health_interval",
 )  # fmt: skip
 CLAUDE_KEYS = (*SERVER_KEYS, "disabled")  # `mcpServers:` / `servers:` also take Claude Desktop's `disabled`
 TOOL_FILTER_KEYS = ("allow", "deny")
@@ -136,6 +137,10 @@ class ServerConfig(BaseModel):
     capabilities: list[str] = Field(default_factory=list)
     enabled: bool = True
     timeout: float | None = None
+    tool_timeouts: dict[str, float] = Field(default_factory=dict)
+    retry_tools: list[str] = Field(default_factory=list)
+    max_concurrent_calls: int | None = Field(default=None, ge=1)
+    health_interval: float | None = Field(default=None, ge=0)
     tools: ToolFilter = Field(default_factory=ToolFilter)
     prefix: str
     # Field name -> display value with `${...}` substitutions masked; set by the loader.
@@ -174,6 +179,14 @@ class ServerConfig(BaseModel):
     def _check_timeout_range(cls, value: float | None) -> float | None:
         if value is not None and not (math.isfinite(value) and value > 0):
             raise ValueError("must be a positive number of seconds")
+        return value
+
+    @field_validator("tool_timeouts")
+    @classmethod
+    def _check_tool_timeouts(cls, value: dict[str, float]) -> dict[str, float]:
+        for seconds in value.values():
+            if not (math.isfinite(seconds) and seconds > 0):
+                raise ValueError("each timeout must be a positive number of seconds")
         return value
 
     @field_validator("command")

@@ -87,6 +87,10 @@ def spec_from_config(server: ServerConfig) -> UpstreamSpec:
         origin="config",
         tool_filter=server.tools.permits,
         protocol=server.protocol,
+        tool_timeouts=dict(server.tool_timeouts),
+        retry_tools=tuple(server.retry_tools),
+        max_concurrent_calls=server.max_concurrent_calls,
+        health_interval=server.health_interval,
     )
 
 

@@ -32,6 +32,8 @@ logger = logging.getLogger(__name__)
 GRACE_SECONDS = 2.0
 """How long a child gets to exit after stdin closes, and its group after SIGTERM."""
 _POLL = 0.02
+EXIT_POLL_SECONDS = 0.1
+"""How often a running child's exit status is checked."""
 
 
 @asynccontextmanager
@@ -72,10 +74,18 @@ async def stdio_child(
         # The child stopped reading (or we stopped writing): end the session's reads too.
         await read_writer.aclose()
 
+    async def watch_exit() -> None:
+        # A grandchild that inherited stdout keeps the pipe open after the child died, so
+        # end of file alone would never tell: poll the exit status (wait() also waits for EOF).
+        while process.returncode is None:
+            await anyio.sleep(EXIT_POLL_SECONDS)
+        await read_writer.aclose()
+
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(pump_stdout)
             tg.start_soon(pump_stdin)
+            tg.start_soon(watch_exit)
             try:
                 yield read_stream, write_stream
             finally:
@@ -91,8 +101,9 @@ def _parse(line: str) -> SessionMessage | Exception:
     """One stdout line as a message, or the parse error as a value (the session reports it)."""
     try:
         return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
-    except ValueError as exc:
-        return exc
+    except ValueError:
+        shown = line if len(line) <= 80 else line[:77] + "..."
+        return ValueError(f"a line on stdout that is not a JSON-RPC message: {shown!r}")
 
 
 async def _stop(process: anyio.abc.Process) -> None:

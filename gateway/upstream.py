@@ -293,7 +293,7 @@ class Upstream:
             self.stderr_tail = []
             self.http_status = None
             if not self._stop.is_set():
-                await self._set_state("starting", f"reconnecting (attempt {failures + 1})")
+                await self._set_state("starting", f"reconnecting (attempt {failures + 1}) after: {self.reason}")
         if self.state in ("starting", "ready"):
             await self._set_state("stopped", "the gateway stopped")
 
@@ -304,6 +304,8 @@ class Upstream:
         if self.unauthorized:
             status = self.http_status if self.http_status in (401, 403) else _status_of(exc)
             reason = f"the server refused the gateway's credentials (HTTP {status}); {reason}"
+        elif self.http_status is not None and self.http_status >= 400:
+            reason = f"the server answered HTTP {self.http_status}; {reason}"
         if self._transport_error:
             reason += f"; the server sent something that is not MCP: {self._transport_error}"
         if self.stderr_tail:

@@ -59,7 +59,7 @@ class Retries:
         started = time.monotonic()
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.attempts) | stop_after_delay(self.max_seconds),
-            wait=wait_exponential_jitter(initial=self.initial_wait, max=self.max_wait),
+            wait=wait_exponential_jitter(multiplier=self.initial_wait, max=self.max_wait),
             retry=retry_if_exception(lambda exc: self.retryable(call, exc, time.monotonic() - started)),
             reraise=True,
         )

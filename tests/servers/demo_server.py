@@ -3,6 +3,9 @@
 Run `python tests/servers/demo_server.py stdio`, `... http` or `... sse` (the HTTP
 ones print `PORT=<n>` on stdout once listening on 127.0.0.1; paths `/mcp` and `/sse`).
 `--name` sets the server name, so one script can play several upstreams.
+`--misbehave` makes it fail in one of the ways the resilience tests inject: `garbage`
+(writes non-MCP lines on stdout instead of answering), `exit` (exits at start with a
+message on stderr), `slow` (waits `--start-delay` seconds, default 3, before serving).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Annotated
@@ -121,6 +125,27 @@ def create_server(name: str = "demo") -> MCPServer:
         content = result.content
         return f"LLM said: {content.text if isinstance(content, types.TextContent) else content}"
 
+    @mcp.tool(annotations=types.ToolAnnotations(read_only_hint=True))
+    async def slow_lookup(seconds: float, marker: str) -> str:
+        """A read-only lookup that takes a while; appends a line to `marker` each time it starts."""
+        with Path(marker).open("a") as f:
+            f.write("start\n")
+        await anyio.sleep(seconds)
+        return f"looked up in {seconds}"
+
+    @mcp.tool()
+    async def slow_append(seconds: float, marker: str) -> str:
+        """Appends a line to `marker` (not idempotent), then takes a while to answer."""
+        with Path(marker).open("a") as f:
+            f.write("start\n")
+        await anyio.sleep(seconds)
+        return "appended"
+
+    @mcp.tool()
+    def pid() -> int:
+        """This server's process id."""
+        return os.getpid()
+
     @mcp.tool()
     async def sleep(seconds: float) -> str:
         """Sleep, then answer."""
@@ -180,9 +205,20 @@ def main() -> None:
     parser.add_argument("--name", default="demo")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--pid-file", help="write this process's pid here (tests check it is reaped)")
+    parser.add_argument("--misbehave", choices=["garbage", "exit", "slow"])
+    parser.add_argument("--start-delay", type=float, default=3.0)
     args = parser.parse_args()
     if args.pid_file:
         Path(args.pid_file).write_text(str(os.getpid()))
+    if args.misbehave == "garbage":
+        while True:
+            print("this is not JSON-RPC", flush=True)
+            time.sleep(0.05)
+    if args.misbehave == "exit":
+        print("demo: missing API key, giving up", file=sys.stderr, flush=True)
+        sys.exit(3)
+    if args.misbehave == "slow":
+        time.sleep(args.start_delay)
     server = create_server(args.name)
     if args.transport == "stdio":
         server.run("stdio")

@@ -1,0 +1,306 @@
+"""Fault injection: real stdio children and HTTP servers that die, hang, lie or refuse.
+
+Every test bounds its own time; the gateway (a `Registry`, or `python -m gateway serve`
+driven by the SDK's client) must give the documented error, never hang, and keep
+serving the servers that are fine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+
+from gateway import upstream as upstream_module
+from gateway.config import load_config
+from gateway.errors import ERROR_META_KEY, GatewayError
+from gateway.registry import Registry, specs_from_config
+from gateway.settings import ResilienceSettings, Settings
+from tests.conftest import DEMO_SERVER, REPO, gateway_over_stdio, write_config
+
+pytestmark = pytest.mark.anyio
+
+TINY_SERVER = REPO / "tests" / "servers" / "tiny_server.py"
+
+
+def demo(name: str, *extra: str) -> str:
+    """A YAML server entry running the demo server as a stdio child."""
+    args = json.dumps([str(DEMO_SERVER), "stdio", "--name", name, *extra])
+    return f"  {name}:\n    command: {sys.executable}\n    args: {args}\n"
+
+
+@asynccontextmanager
+async def running(
+    tmp_path: Path, servers: str, *, startup_timeout: float = 20, **resilience: Any
+) -> AsyncIterator[Registry]:
+    config = load_config(write_config(tmp_path / "gateway.yaml", "mcps:\n" + servers))
+    settings = Settings(
+        data_dir=tmp_path / "data", startup_timeout=startup_timeout, resilience=ResilienceSettings(**resilience)
+    )
+    registry = Registry(specs_from_config(config), settings, relay_requests=False)
+    async with registry.running():
+        await registry.wait_settled(startup_timeout + 5)
+        yield registry
+
+
+async def call(registry: Registry, name: str, arguments: dict[str, Any]) -> types.CallToolResult | GatewayError:
+    try:
+        return await registry.call_tool(name, arguments)
+    except GatewayError as exc:
+        return exc
+
+
+async def wait_for_lines(path: Path, count: int, timeout: float = 15) -> None:
+    with anyio.fail_after(timeout):
+        while not path.exists() or len(path.read_text().splitlines()) < count:
+            await anyio.sleep(0.02)
+
+
+def _text(result: types.CallToolResult | GatewayError) -> str:
+    assert isinstance(result, types.CallToolResult), result
+    block = result.content[0]
+    assert isinstance(block, types.TextContent)
+    return block.text
+
+
+# ---- a server killed mid-call -------------------------------------------------------------
+
+
+async def test_sigkill_mid_call_gives_upstream_unavailable_once_and_the_next_call_works(tmp_path: Path) -> None:
+    marker = tmp_path / "appended"
+    with anyio.fail_after(60):
+        async with running(tmp_path, demo("child") + demo("other")) as registry:
+            child = registry.upstreams["child"]
+            outcome: list[Any] = []
+
+            async def slow_append() -> None:
+                outcome.append(await call(registry, "child__slow_append", {"seconds": 10, "marker": str(marker)}))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(slow_append)
+                await wait_for_lines(marker, 1)
+                assert child.pid is not None
+                os.kill(child.pid, signal.SIGKILL)
+                assert _text(await call(registry, "other__echo", {"text": "still here"})) == "still here"
+
+            [error] = outcome
+            assert isinstance(error, GatewayError) and error.code == "upstream_unavailable"
+            assert "'child'" in error.message
+            assert marker.read_text().splitlines() == ["start"]  # a non-idempotent tool never runs twice
+
+            await child.wait_ready(20)
+            assert _text(await call(registry, "child__echo", {"text": "back"})) == "back"
+            assert registry.upstreams["other"].state == "ready"
+
+
+async def test_an_idempotent_call_interrupted_by_sigkill_is_retried_after_the_restart(tmp_path: Path) -> None:
+    marker = tmp_path / "lookups"
+    with anyio.fail_after(60):
+        async with running(tmp_path, demo("child"), retry_max_seconds=30) as registry:
+            child = registry.upstreams["child"]
+            outcome: list[Any] = []
+
+            async def lookup() -> None:
+                outcome.append(await call(registry, "child__slow_lookup", {"seconds": 1, "marker": str(marker)}))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(lookup)
+                await wait_for_lines(marker, 1)
+                assert child.pid is not None
+                os.kill(child.pid, signal.SIGKILL)
+
+            assert _text(outcome[0]) == "looked up in 1.0"
+            assert marker.read_text().splitlines() == ["start", "start"]
+
+
+async def test_sigkill_mid_call_through_the_gateway_reaches_the_client_as_an_error_result(tmp_path: Path) -> None:
+    marker = tmp_path / "appended"
+    config = write_config(tmp_path / "gateway.yaml", "mcps:\n" + demo("child"))
+    with anyio.fail_after(60):
+        async with gateway_over_stdio(config, tmp_path) as client:
+            pid = int(_text(await client.call_tool("child__pid", {})))
+            outcome: list[types.CallToolResult] = []
+
+            async def slow_append() -> None:
+                outcome.append(await client.call_tool("child__slow_append", {"seconds": 10, "marker": str(marker)}))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(slow_append)
+                await wait_for_lines(marker, 1)
+                os.kill(pid, signal.SIGKILL)
+
+            [result] = outcome
+            assert result.is_error and result.meta is not None
+            assert result.meta[ERROR_META_KEY]["code"] == "upstream_unavailable"
+            assert result.meta[ERROR_META_KEY]["server"] == "child"
+            with anyio.fail_after(30):
+                while True:  # the restart takes a moment; the gateway says so until it is back
+                    result = await client.call_tool("child__echo", {"text": "back"})
+                    if not result.is_error:
+                        break
+                    await anyio.sleep(0.2)
+            assert _text(result) == "back"
+
+
+# ---- a server that hangs -------------------------------------------------------------------
+
+
+async def test_a_hung_call_times_out_on_time_and_the_upstream_is_told_to_cancel(tmp_path: Path) -> None:
+    marker = tmp_path / "cancelled"
+    servers = demo("child") + "    tool_timeouts: {wait_for_*: 1}\n"
+    with anyio.fail_after(60):
+        async with running(tmp_path, servers) as registry:
+            started = time.monotonic()
+            error = await call(registry, "child__wait_for_cancel", {"marker": str(marker)})
+            elapsed = time.monotonic() - started
+            assert isinstance(error, GatewayError) and error.code == "upstream_timeout"
+            assert "within 1 s" in error.message and elapsed < 2.0
+            with anyio.fail_after(10):
+                while not marker.exists():
+                    await anyio.sleep(0.05)
+            assert marker.read_text() == "cancelled"
+            assert _text(await call(registry, "child__echo", {"text": "fine"})) == "fine"
+
+
+# ---- servers that fail at start ------------------------------------------------------------
+
+
+class _Failing500(BaseHTTPRequestHandler):
+    def _fail(self) -> None:
+        self.send_response(500)
+        self.send_header("Content-Type", "text/plain")
+        self.end_headers()
+        self.wfile.write(b"internal error")
+
+    do_GET = do_POST = do_DELETE = _fail
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def http_500_url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Failing500)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/mcp"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _refused_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/mcp"
+
+
+async def test_every_kind_of_broken_server_fails_alone_with_its_reason(tmp_path: Path, http_500_url: str) -> None:
+    servers = (
+        demo("healthy")
+        + demo("garbage", "--misbehave", "garbage")
+        + demo("quitter", "--misbehave", "exit")
+        + demo("sluggish", "--misbehave", "slow", "--start-delay", "60")
+        + f"  errors500:\n    url: {http_500_url}\n"
+        + f"  refused:\n    url: {_refused_url()}\n"
+    )
+    with anyio.fail_after(60):
+        async with running(tmp_path, servers, startup_timeout=10, retry_attempts=1) as registry:
+            # A failed server is soon `starting` again (reconnecting), its reason carried along.
+            states = {sid: (u.state, u.reason or "") for sid, u in registry.upstreams.items()}
+            assert states.pop("healthy")[0] == "ready"
+            assert all(state in ("failed", "starting") for state, _ in states.values()), states
+            assert "not a JSON-RPC message: 'this is not JSON-RPC'" in states["garbage"][1]
+            assert "missing API key" in states["quitter"][1]
+            assert "within 10 s" in states["sluggish"][1]
+            assert "HTTP 500" in states["errors500"][1]
+            assert "onnect" in states["refused"][1]
+
+            for sid in ("garbage", "quitter", "errors500", "refused"):
+                error = await call(registry, f"{sid}__echo", {"text": "x"})
+                assert isinstance(error, GatewayError) and error.code == "upstream_unavailable", sid
+                assert repr(sid) in error.message, error.message
+                assert "reconnects in" in error.message or "still connecting" in error.message
+            assert _text(await call(registry, "healthy__echo", {"text": "ok"})) == "ok"
+
+
+async def test_a_slow_starting_server_is_waited_for_within_the_startup_timeout(tmp_path: Path) -> None:
+    with anyio.fail_after(60):
+        async with running(tmp_path, demo("sluggish", "--misbehave", "slow"), startup_timeout=20) as registry:
+            assert registry.upstreams["sluggish"].state == "ready"
+            assert _text(await call(registry, "sluggish__echo", {"text": "late"})) == "late"
+
+
+# ---- processes ----------------------------------------------------------------------------------
+
+
+def _live_descendants(root: int) -> list[int]:
+    """Live (non-zombie) processes below `root`, from /proc."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = [], [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent]
+        found += children
+        frontier += children
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="counts processes through /proc")
+async def test_a_hundred_kill_restart_cycles_leave_no_process_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(upstream_module, "RESTART_BACKOFF_BASE", 0.01)
+    monkeypatch.setattr(upstream_module, "RESTART_BACKOFF_MAX", 0.05)
+    pids = tmp_path / "pids"
+    servers = (
+        f"  tiny:\n    command: {sys.executable}\n"
+        f"    args: {json.dumps([str(TINY_SERVER), '--grandchild', str(pids)])}\n    protocol: legacy\n"
+    )
+    before = set(_live_descendants(os.getpid()))
+    with anyio.fail_after(240):
+        async with running(tmp_path, servers) as registry:
+            tiny = registry.upstreams["tiny"]
+            for cycle in range(100):
+                await tiny.wait_ready(20)
+                assert tiny.pid is not None, cycle
+                os.kill(tiny.pid, signal.SIGKILL)
+                await wait_for_lines(pids, cycle + 2, timeout=20)  # the next incarnation has started
+            await tiny.wait_ready(20)
+            assert _text(await call(registry, "tiny__echo", {"text": "alive"})) == "alive"
+    spawned = [int(pid) for line in pids.read_text().splitlines() for pid in line.split()]
+    assert len(spawned) >= 202  # 101 servers, each with a grandchild
+    with anyio.fail_after(10):
+        while any(_alive(pid) for pid in spawned):
+            await anyio.sleep(0.05)
+    assert set(_live_descendants(os.getpid())) <= before
