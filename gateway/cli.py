@@ -153,6 +153,8 @@ def _server_row(u: Upstream, registry: Registry) -> dict[str, Any]:
         "latency_ms": round(u.connect_ms, 1) if u.connect_ms is not None else None,
         "protocol": u.protocol_version,
         "since": u.state_since.isoformat(timespec="seconds"),
+        "retry_at": u.retry_at.isoformat(timespec="seconds") if u.retry_at else None,
+        "breaker": registry.breakers.state(u.id),
     }
 
 

@@ -1,4 +1,5 @@
-"""The streamable-HTTP transport: the MCP endpoint, `POST /route`, the listening socket and uvicorn.
+"""The streamable-HTTP transport: the MCP endpoint, `POST /route`, `GET /healthz` and `/readyz`,
+the listening socket and uvicorn.
 
 Host and Origin headers are checked on every route against DNS rebinding: loopback
 names always pass, others only when listed in `GATEWAY_HTTP__ALLOWED_HOSTS` /
@@ -22,6 +23,7 @@ from starlette.routing import Route
 
 from gateway.errors import GatewayError
 from gateway.exposure import openai_function
+from gateway.health import is_ready, server_health
 from gateway.server import GatewayServer
 from gateway.settings import Settings
 
@@ -92,12 +94,25 @@ def build_http_app(gateway: GatewayServer, settings: Settings) -> Starlette:
         refused = await guard.validate_request(request, is_post=True)
         return refused if refused is not None else await route_endpoint(gateway, request)
 
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        ready = is_ready(gateway.registry)
+        servers = [server_health(u, gateway.registry) for u in gateway.registry.upstreams.values()]
+        return JSONResponse({"ready": ready, "servers": servers}, status_code=200 if ready else 503)
+
+    # The health routes skip the Host check: load balancers probe by IP address.
     return gateway.server.streamable_http_app(
         streamable_http_path=settings.http.path,
         stateless_http=settings.http.stateless,
         transport_security=security,
         host=settings.http.host,
-        custom_starlette_routes=[Route("/route", route, methods=["POST"])],
+        custom_starlette_routes=[
+            Route("/route", route, methods=["POST"]),
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/readyz", readyz, methods=["GET"]),
+        ],
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import httpx2
@@ -52,3 +53,31 @@ def test_a_foreign_origin_is_refused(gateway_url: str) -> None:
         gateway_url, headers=HEADERS | {"Origin": "http://evil.example.com"}, json=INITIALIZE, timeout=10
     )
     assert response.status_code == 403
+
+
+def test_healthz_is_up_and_readyz_lists_every_server_with_its_state(tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        refused = f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
+    config = write_config(tmp_path / "gw.yaml", f"mcps:\n  gone:\n    url: {refused}\n")
+    process, url = start_gateway_http(config, tmp_path)
+    base = url.removesuffix("/mcp")
+    try:
+        # Probes come by IP address with any Host header; the health routes do not check it.
+        assert httpx2.get(f"{base}/healthz", headers={"Host": "10.0.0.7:8765"}, timeout=10).json() == {"status": "ok"}
+        ready = httpx2.get(f"{base}/readyz", timeout=10)
+        assert ready.status_code == 200 and ready.json()["ready"] is True
+        servers = {s["server"]: s for s in ready.json()["servers"]}
+        assert servers["mem"]["state"] == "ready" and servers["mem"]["breaker"] == "closed"
+        assert servers["gone"]["state"] in ("failed", "starting") and "onnect" in servers["gone"]["reason"]
+    finally:
+        stop_process(process)
+
+    empty = tmp_path / "no-plugins"
+    empty.mkdir()
+    process, url = start_gateway_http(config, tmp_path, {"GATEWAY_PLUGINS__DIRECTORY": str(empty)})
+    try:
+        ready = httpx2.get(url.removesuffix("/mcp") + "/readyz", timeout=10)
+        assert ready.status_code == 503 and ready.json()["ready"] is False  # its only server is down
+    finally:
+        stop_process(process)
