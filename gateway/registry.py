@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import logging
 import math
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -87,11 +88,24 @@ def spec_from_config(server: ServerConfig) -> UpstreamSpec:
         origin="config",
         tool_filter=server.tools.permits,
         protocol=server.protocol,
+        secrets=_secrets_of(server),
         tool_timeouts=dict(server.tool_timeouts),
         retry_tools=tuple(server.retry_tools),
         max_concurrent_calls=server.max_concurrent_calls,
         health_interval=server.health_interval,
     )
+
+
+_SECRET_NAME = re.compile(r"key|token|secret|passw|auth|cookie|credential", re.IGNORECASE)
+
+
+def _secrets_of(server: ServerConfig) -> tuple[str, ...]:
+    """Values never to repeat: credentials, every header value, and env values with secret-like names."""
+    values = [*server.secret_env.values(), *server.secret_headers.values(), *server.headers.values()]
+    values += [value for name, value in server.env.items() if _SECRET_NAME.search(name)]
+    # A bearer header's token is masked on its own too, wherever it shows up without "Bearer".
+    values += [value.split(" ", 1)[1] for value in list(values) if value.lower().startswith("bearer ")]
+    return tuple(sorted(set(values), key=len, reverse=True))
 
 
 def specs_from_config(config: GatewayConfig) -> list[UpstreamSpec]:

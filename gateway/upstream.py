@@ -68,6 +68,8 @@ RESTART_BACKOFF_BASE = 1.0
 RESTART_BACKOFF_MAX = 60.0
 """The longest wait between reconnection attempts."""
 
+MIN_SECRET_LENGTH = 4
+"""Shorter configured values are not masked: they would garble ordinary words."""
 HEALTH_TIMEOUT = 10.0
 """Seconds a health-check ping may take (at most the server's call timeout)."""
 HEALTH_MISSES = 3
@@ -104,6 +106,8 @@ class UpstreamSpec:
     """Most requests in flight at once; None: the gateway-wide default."""
     health_interval: float | None = None
     """Seconds between pings; None: the gateway-wide default; 0: none."""
+    secrets: tuple[str, ...] = field(default=(), repr=False)
+    """Credential and header values, masked wherever the server's words are repeated."""
 
     @property
     def display_name(self) -> str:
@@ -376,7 +380,7 @@ class Upstream:
     def _pump_stderr(self, read_fd: int) -> None:
         with os.fdopen(read_fd, "r", errors="replace") as pipe:
             for raw in pipe:
-                line = raw.rstrip()
+                line = self.redact(raw.rstrip())
                 if line:
                     self.stderr_tail = [*self.stderr_tail[-(STDERR_TAIL - 1) :], line]
                     stderr_logger.info("[%s] %s", self.id, line)
@@ -412,6 +416,13 @@ class Upstream:
             read_timeout_seconds=None,
         )
 
+    def redact(self, text: str) -> str:
+        """`text` with every configured secret of this server replaced by `***`."""
+        for secret in self.spec.secrets:
+            if len(secret) >= MIN_SECRET_LENGTH:
+                text = text.replace(secret, "***")
+        return text
+
     def _on_spawn(self, pid: int) -> None:
         self.pid = pid
 
@@ -419,6 +430,7 @@ class Upstream:
         self.http_status = status
 
     async def _set_state(self, state: ServerState, reason: str | None) -> None:
+        reason = self.redact(reason) if reason else reason
         if state == self.state and reason == self.reason:
             return
         self.state, self.reason, self.state_since = state, reason, datetime.now(UTC)
@@ -628,7 +640,7 @@ class Upstream:
             except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
                 self._closed.set()
                 raise UpstreamUnavailable(
-                    f"Server {self.id!r} could not be reached for {operation}: {_describe(exc)}.",
+                    f"Server {self.id!r} could not be reached for {operation}: {self.redact(_describe(exc))}.",
                     server=self.id,
                     sent=not isinstance(exc, ConnectionRefusedError),
                 ) from None

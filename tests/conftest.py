@@ -82,10 +82,10 @@ def _read_line_with_prefix(stream: IO[str], prefix: str, timeout: float, process
     raise RuntimeError(f"child did not print {prefix!r} within {timeout}s; it printed: {''.join(seen)[-2000:]}")
 
 
-def start_demo_http(name: str = "web", transport: str = "http") -> tuple[subprocess.Popen[str], str]:
-    """Start the demo server over streamable HTTP (or SSE) on a free port; return it and its URL."""
+def start_demo_http(name: str = "web", transport: str = "http", port: int = 0) -> tuple[subprocess.Popen[str], str]:
+    """Start the demo server over streamable HTTP (or SSE) on `port` (0: a free one); return it and its URL."""
     process = subprocess.Popen(
-        [sys.executable, str(DEMO_SERVER), transport, "--name", name],
+        [sys.executable, str(DEMO_SERVER), transport, "--name", name, "--port", str(port)],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,

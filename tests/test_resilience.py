@@ -29,7 +29,7 @@ from gateway.config import load_config
 from gateway.errors import ERROR_META_KEY, GatewayError
 from gateway.registry import Registry, specs_from_config
 from gateway.settings import ResilienceSettings, Settings
-from tests.conftest import DEMO_SERVER, REPO, gateway_over_stdio, write_config
+from tests.conftest import DEMO_SERVER, REPO, gateway_over_stdio, start_demo_http, stop_process, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -304,3 +304,41 @@ async def test_a_hundred_kill_restart_cycles_leave_no_process_behind(
         while any(_alive(pid) for pid in spawned):
             await anyio.sleep(0.05)
     assert set(_live_descendants(os.getpid())) <= before
+
+
+# ---- secrets -------------------------------------------------------------------------------------
+
+
+async def test_a_server_that_prints_its_credential_never_gets_it_into_a_reason_or_a_log_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret = "s3cr3t-t0ken-value"
+    monkeypatch.setenv("GW_TEST_TOKEN", secret)
+    leak = "import os, sys; print('auth failed for', os.environ['API_TOKEN'], file=sys.stderr); sys.exit(1)"
+    servers = (
+        f"  leaky:\n    command: {sys.executable}\n    args: {json.dumps(['-c', leak])}\n"
+        "    credentials: {API_TOKEN_env: GW_TEST_TOKEN}\n"
+    )
+    caplog.set_level("DEBUG")
+    with anyio.fail_after(30):
+        async with running(tmp_path, servers, startup_timeout=10, retry_attempts=1) as registry:
+            leaky = registry.upstreams["leaky"]
+            assert "auth failed for ***" in (leaky.reason or "") and leaky.stderr_tail == ["auth failed for ***"]
+            error = await call(registry, "leaky__anything", {})
+            assert isinstance(error, GatewayError) and secret not in error.message
+    assert secret not in caplog.text and "auth failed for ***" in caplog.text
+
+
+async def test_an_http_upstream_that_restarts_with_new_sessions_is_reconnected_transparently(tmp_path: Path) -> None:
+    process, url = start_demo_http("web")
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    try:
+        with anyio.fail_after(60):
+            async with running(tmp_path, f"  web:\n    url: {url}\n", retry_max_seconds=30) as registry:
+                assert _text(await call(registry, "web__echo", {"text": "one"})) == "one"
+                stop_process(process)
+                process, _ = start_demo_http("web", port=port)  # same address, no memory of our session
+                assert _text(await call(registry, "web__echo", {"text": "two"})) == "two"
+                assert registry.upstreams["web"].state == "ready"
+    finally:
+        stop_process(process)
