@@ -55,7 +55,7 @@ SERVER_SECTIONS = ("mcps", "mcpServers", "servers")
 SERVER_KEYS = (
     "name", "description", "command", "args", "env", "cwd", "url", "headers", "transport", "type",
     "protocol", "credentials", "capabilities", "enabled", "timeout", "tools", "prefix",
-    "tool_timeouts", "retry_tools", "max_concurrent_calls", "health_interval",
+    "tool_timeouts", "retry_tools", "max_concurrent_calls", "health_interval", "start", "idle_timeout",
 )  # fmt: skip
 CLAUDE_KEYS = (*SERVER_KEYS, "disabled")  # `mcpServers:` / `servers:` also take Claude Desktop's `disabled`
 TOOL_FILTER_KEYS = ("allow", "deny")
@@ -141,6 +141,8 @@ class ServerConfig(BaseModel):
     retry_tools: list[str] = Field(default_factory=list)
     max_concurrent_calls: int | None = Field(default=None, ge=1)
     health_interval: float | None = Field(default=None, ge=0)
+    start: Literal["eager", "on_demand"] = "eager"
+    idle_timeout: float = Field(default=300.0, gt=0)
     tools: ToolFilter = Field(default_factory=ToolFilter)
     prefix: str
     # Field name -> display value with `${...}` substitutions masked; set by the loader.
@@ -211,6 +213,10 @@ class ServerConfig(BaseModel):
             raise ValueError("a stdio server needs `command` and no `url`")
         if self.transport != "stdio" and (self.url is None or self.command is not None):
             raise ValueError(f"an {self.transport} server needs `url` and no `command`")
+        if self.start == "on_demand" and self.transport != "stdio":
+            raise ValueError("`start: on_demand` applies to stdio servers (with `command`)")
+        if "idle_timeout" in self.model_fields_set and self.start != "on_demand":
+            raise ValueError("`idle_timeout` applies to servers with `start: on_demand`")
         return self
 
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.registry import Registry
-from gateway.upstream import CONNECTED_STATES, Upstream
+from gateway.upstream import LISTED_STATES, Upstream
 
 __all__ = ["is_ready", "server_health"]
 
@@ -26,9 +26,9 @@ def server_health(upstream: Upstream, registry: Registry) -> dict[str, Any]:
 
 def is_ready(registry: Registry) -> bool:
     """Ready once every server's first connection attempt has finished and, if any server is
-    enabled, at least one is connected: one dead upstream must not take the gateway out of
+    enabled, at least one is connected (or idle, ready to start on demand): one dead upstream must not take the gateway out of
     a load balancer while it still serves the others."""
     enabled = [u for u in registry.upstreams.values() if u.spec.enabled]
     if not all(u.settled for u in enabled):
         return False
-    return not enabled or any(u.state in CONNECTED_STATES for u in enabled)
+    return not enabled or any(u.state in LISTED_STATES for u in enabled)

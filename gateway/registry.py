@@ -32,7 +32,7 @@ from gateway.errors import ExecutionError, ToolNotFound, UpstreamUnavailable
 from gateway.plugins import PluginManager
 from gateway.relay import Relay
 from gateway.settings import Settings
-from gateway.upstream import CONNECTED_STATES, Upstream, UpstreamSpec, unavailable_message
+from gateway.upstream import CONNECTED_STATES, LISTED_STATES, Upstream, UpstreamSpec, unavailable_message
 
 __all__ = [
     "ChangeKind",
@@ -93,6 +93,8 @@ def spec_from_config(server: ServerConfig) -> UpstreamSpec:
         retry_tools=tuple(server.retry_tools),
         max_concurrent_calls=server.max_concurrent_calls,
         health_interval=server.health_interval,
+        start=server.start,
+        idle_timeout=server.idle_timeout,
     )
 
 
@@ -205,6 +207,7 @@ class Registry:
                 relay_requests=relay_requests,
                 max_concurrent_calls=settings.resilience.max_concurrent_calls,
                 health_interval=settings.resilience.health_interval,
+                listing_dir=settings.data_dir / "listings",
             )
             for s in specs
         }
@@ -276,7 +279,7 @@ class Registry:
         level = logging.WARNING if upstream.state == "failed" else logging.INFO
         reason = f" ({upstream.reason})" if upstream.reason else ""
         logger.log(level, "server %r is %s%s", upstream.id, upstream.state, reason)
-        if upstream.state not in CONNECTED_STATES:
+        if upstream.state not in CONNECTED_STATES:  # `idle` too: its listing may just have been loaded
             await self._rebuild()
 
     async def resource_updated(self, upstream: Upstream, uri: str) -> None:
@@ -298,12 +301,12 @@ class Registry:
     # ---- catalog --------------------------------------------------------------
 
     async def _rebuild(self) -> None:
-        listings: list[ServerListing] = [u.listing for u in self.upstreams.values() if u.state in CONNECTED_STATES]
+        listings: list[ServerListing] = [u.listing for u in self.upstreams.values() if u.state in LISTED_STATES]
         old, new = self.catalog, build_catalog(listings)
         self._offline_tools = {
             name: entry
             for name, entry in {**self._offline_tools, **old.tools}.items()
-            if name not in new.tools and self.upstreams[entry.server_id].state not in CONNECTED_STATES
+            if name not in new.tools and self.upstreams[entry.server_id].state not in LISTED_STATES
         }
         for message in new.collisions:
             if message not in old.collisions:

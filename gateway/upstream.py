@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, Literal, Protocol, TextIO
 
 import anyio
@@ -38,11 +39,13 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from gateway.catalog import ServerListing
+from gateway.listing_cache import fingerprint, load_listing, save_listing
 from gateway.errors import UpstreamTimeout, UpstreamUnauthorized, UpstreamUnavailable
 from gateway.stdio_child import stdio_child
 
 __all__ = [
     "CONNECTED_STATES",
+    "LISTED_STATES",
     "ServerState",
     "Upstream",
     "UpstreamEvents",
@@ -56,9 +59,11 @@ __all__ = [
 logger = logging.getLogger(__name__)
 stderr_logger = logging.getLogger("gateway.upstream.stderr")
 
-ServerState = Literal["starting", "ready", "degraded", "failed", "disabled", "stopped"]
+ServerState = Literal["starting", "ready", "degraded", "idle", "failed", "disabled", "stopped"]
 CONNECTED_STATES = ("ready", "degraded")
 """States in which requests are sent: `degraded` is connected but failing health checks."""
+LISTED_STATES = (*CONNECTED_STATES, "idle")
+"""States whose listing is in the catalog: an `idle` on-demand server starts on its first call."""
 Transport = Literal["memory", "stdio", "http", "sse"]
 
 STDERR_TAIL = 20
@@ -70,6 +75,8 @@ RESTART_BACKOFF_MAX = 60.0
 
 MIN_SECRET_LENGTH = 4
 """Shorter configured values are not masked: they would garble ordinary words."""
+IDLE_CHECK_SECONDS = 5.0
+"""How often an on-demand server checks whether it has been idle long enough."""
 HEALTH_TIMEOUT = 10.0
 """Seconds a health-check ping may take (at most the server's call timeout)."""
 HEALTH_MISSES = 3
@@ -106,6 +113,10 @@ class UpstreamSpec:
     """Most requests in flight at once; None: the gateway-wide default."""
     health_interval: float | None = None
     """Seconds between pings; None: the gateway-wide default; 0: none."""
+    start: Literal["eager", "on_demand"] = "eager"
+    """`on_demand`: started by its first call (stdio servers), stopped again after `idle_timeout`."""
+    idle_timeout: float = 300.0
+    """Seconds without calls after which an on-demand server is stopped."""
     secrets: tuple[str, ...] = field(default=(), repr=False)
     """Credential and header values, masked wherever the server's words are repeated."""
 
@@ -209,6 +220,7 @@ class Upstream:
         relay_requests: bool = True,
         max_concurrent_calls: int = 32,
         health_interval: float = 30.0,
+        listing_dir: Path | None = None,
     ) -> None:
         self.spec = spec
         self.relay_requests = relay_requests
@@ -224,6 +236,13 @@ class Upstream:
         self.unauthorized = False
         """Whether the last connection attempt was refused for the gateway's credentials."""
         self._state_event = anyio.Event()
+        self.listing_dir = listing_dir
+        """Where an on-demand server's last listing is kept (see `gateway.listing_cache`)."""
+        self._wanted = anyio.Event()
+        self._went_idle = False
+        self._last_used = 0.0
+        self._pending = 0
+        """Requests started and not finished, including those waiting for a connection."""
         self.http_status: int | None = None
         """The status of the last HTTP response from a streamable-HTTP server."""
         self.state: ServerState = "starting" if spec.enabled else "disabled"
@@ -271,6 +290,13 @@ class Upstream:
         if not self.spec.enabled:
             self._ready.set()
             return
+        cached = self._cached_listing()
+        if cached is not None:
+            self.listing = cached
+            await self._set_state("idle", "starts on its first call")
+            await self.events.listing_changed(self)
+            self._ready.set()
+            await self._wait_wanted()
         failures = 0
         while not self._stop.is_set():
             connected_since = anyio.current_time()
@@ -285,6 +311,13 @@ class Upstream:
                 self._ready.set()
             if self._stop.is_set():
                 break
+            if self._went_idle:
+                self._went_idle, failures = False, 0
+                timeout = f"{self.spec.idle_timeout:g}"
+                await self._set_state("idle", f"stopped after {timeout} s without calls; starts on its next call")
+                await self._wait_wanted()
+                self._new_attempt()
+                continue
             # A connection that lived a while starts the backoff over.
             failures = 1 if anyio.current_time() - connected_since > RESTART_BACKOFF_MAX else failures + 1
             delay = restart_delay(failures)
@@ -292,14 +325,53 @@ class Upstream:
             with anyio.move_on_after(delay):
                 await self._stop.wait()
             self.retry_at = None
-            self._closed = anyio.Event()
-            self._transport_error = None
-            self.stderr_tail = []
-            self.http_status = None
+            self._new_attempt()
             if not self._stop.is_set():
                 await self._set_state("starting", f"reconnecting (attempt {failures + 1}) after: {self.reason}")
-        if self.state in ("starting", "ready"):
+        if self.state in ("starting", *LISTED_STATES):
             await self._set_state("stopped", "the gateway stopped")
+
+    # ---- on-demand start --------------------------------------------------------
+
+    def _cached_listing(self) -> ServerListing | None:
+        """An on-demand server's saved listing, if it is still valid: then it need not start yet."""
+        if self.spec.start != "on_demand" or self.listing_dir is None:
+            return None
+        assert isinstance(self.spec.target, StdioServerParameters)
+        return load_listing(self.listing_dir, self.id, self.spec.prefix, fingerprint(self.spec.target))
+
+    def _save_listing(self) -> None:
+        if self.spec.start == "on_demand" and self.listing_dir is not None:
+            assert isinstance(self.spec.target, StdioServerParameters)
+            save_listing(self.listing_dir, self.listing, fingerprint(self.spec.target))
+
+    async def _wait_wanted(self) -> None:
+        """Wait (idle) until a call wants this server, or the gateway stops."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(cancel_when, self._stop, tg.cancel_scope)
+            await self._wanted.wait()
+            tg.cancel_scope.cancel()
+        self._wanted = anyio.Event()
+        if not self._stop.is_set():
+            await self._set_state("starting", "started by a call")
+
+    async def _idle_worker(self, watch: anyio.CancelScope) -> None:
+        """Stop an on-demand server once it has had no call in flight for `idle_timeout` seconds."""
+        while True:
+            idle_for = anyio.current_time() - self._last_used
+            if not self._pending and idle_for >= self.spec.idle_timeout:
+                logger.info("server %r had no call for %g s; stopping it until the next one", self.id, idle_for)
+                self._went_idle = True
+                watch.cancel()
+                return
+            await anyio.sleep(max(0.05, min(IDLE_CHECK_SECONDS, self.spec.idle_timeout - idle_for)))
+
+    def _new_attempt(self) -> None:
+        """Forget what the previous connection left behind."""
+        self._closed = anyio.Event()
+        self._transport_error = None
+        self.stderr_tail = []
+        self.http_status = None
 
     def _reason(self, exc: BaseException) -> str:
         """One line saying why the connection failed, with what the server itself said."""
@@ -346,6 +418,8 @@ class Upstream:
             self.server_info = client.server_info
             self.instructions = client.instructions
             self.listing = await self._fetch_listing(client)
+            self._save_listing()
+            self._last_used = anyio.current_time()
             scope.deadline = math.inf
             connected = True
             self.connect_ms = (time.perf_counter() - started) * 1000
@@ -363,6 +437,8 @@ class Upstream:
                 with anyio.CancelScope() as watch:
                     tg.start_soon(cancel_when, self._stop, watch)
                     tg.start_soon(cancel_when, self._closed, watch)
+                    if self.spec.start == "on_demand":
+                        tg.start_soon(self._idle_worker, watch)
                     await anyio.sleep_forever()
                 tg.cancel_scope.cancel()
         return connected
@@ -444,7 +520,7 @@ class Upstream:
 
     def eta(self) -> float:
         """Seconds until this server may be connected again: 0 if it is or is connecting, inf if never."""
-        if self.connected or self.state == "starting":
+        if self.connected or self.state in ("starting", "idle"):
             return 0.0
         if self.retry_at is not None and not self._stop.is_set():
             return max(0.0, (self.retry_at - datetime.now(UTC)).total_seconds())
@@ -502,6 +578,7 @@ class Upstream:
                 continue
             if listing != self.listing:
                 self.listing = listing
+                self._save_listing()
                 await self.events.listing_changed(self)
 
     async def _health_worker(self, client: Client) -> None:
@@ -623,6 +700,17 @@ class Upstream:
         request may have reached the server (`sent`), which decides whether it may be retried.
         """
         limit = self.call_timeout if timeout is None else timeout
+        self._pending += 1  # an on-demand server does not go idle under a waiting request
+        try:
+            if self.state == "idle":
+                self._wanted.set()
+                await self.wait_ready(self.startup_timeout)
+            return await self._send(operation, send, limit)
+        finally:
+            self._pending -= 1
+            self._last_used = anyio.current_time()
+
+    async def _send(self, operation: str, send: Callable[[Client], Awaitable[Any]], limit: float) -> Any:
         async with self.limiter:
             client = self._connected_client()
             try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 from pathlib import Path
 
 import pytest
@@ -863,3 +864,24 @@ def test_the_error_format_omits_unknown_parts_and_survives_pickling() -> None:
     assert str(ConfigError(Path("f.yaml"), "boom", None, "mcps.a")) == "f.yaml: mcps.a: boom"
     err = pickle.loads(pickle.dumps(ConfigError(Path("f.yaml"), "boom", 3, "mcps.a")))
     assert str(err) == "f.yaml:3: mcps.a: boom"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("    url: http://127.0.0.1:1/mcp\n    start: on_demand\n", "`start: on_demand` applies to stdio servers"),
+        ("    command: x\n    idle_timeout: 10\n", "`idle_timeout` applies to servers with `start: on_demand`"),
+        ("    command: x\n    start: lazy\n", "mcps.s.start: input should be 'eager' or 'on_demand'"),
+        ("    command: x\n    tool_timeouts: {slow: -1}\n", "tool_timeouts: each timeout must be a positive number"),
+        ("    command: x\n    max_concurrent_calls: 0\n", "max_concurrent_calls: input should be greater than"),
+    ],
+)
+def test_resilience_keys_are_checked(body: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_config("mcps:\n  s:\n" + body, Path("x.yaml"), {})
+
+
+def test_resilience_keys_reach_the_server_config() -> None:
+    text = "mcps:\n  s:\n    command: x\n    start: on_demand\n    idle_timeout: 60\n    retry_tools: [get_*]\n"
+    s = parse_config(text, Path("x.yaml"), {}).servers["s"]
+    assert (s.start, s.idle_timeout, s.retry_tools) == ("on_demand", 60.0, ["get_*"])

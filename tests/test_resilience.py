@@ -342,3 +342,34 @@ async def test_an_http_upstream_that_restarts_with_new_sessions_is_reconnected_t
                 assert registry.upstreams["web"].state == "ready"
     finally:
         stop_process(process)
+
+
+# ---- on-demand start --------------------------------------------------------------------------
+
+
+async def test_an_on_demand_server_idles_keeps_its_tools_listed_and_starts_on_the_next_call(tmp_path: Path) -> None:
+    starts = tmp_path / "starts"
+    servers = (
+        f"  tiny:\n    command: {sys.executable}\n"
+        f"    args: {json.dumps([str(TINY_SERVER), '--grandchild', str(starts)])}\n    protocol: legacy\n"
+        "    start: on_demand\n    idle_timeout: 0.5\n"
+    )
+    with anyio.fail_after(60):
+        async with running(tmp_path, servers) as registry:  # no saved listing yet: started once to list
+            tiny = registry.upstreams["tiny"]
+            assert "tiny__echo" in registry.catalog.tools
+            with anyio.fail_after(10):
+                while tiny.state != "idle":
+                    await anyio.sleep(0.05)
+            assert tiny.pid is None and "without calls" in (tiny.reason or "")
+            assert "tiny__echo" in registry.catalog.tools  # still listed and searchable while idle
+            assert _text(await call(registry, "tiny__echo", {"text": "woken"})) == "woken"
+            assert tiny.state == "ready" and len(starts.read_text().splitlines()) == 2
+
+        # A new gateway run lists it from the saved listing without starting it.
+        async with running(tmp_path, servers) as registry:
+            tiny = registry.upstreams["tiny"]
+            assert tiny.state == "idle" and "tiny__echo" in registry.catalog.tools
+            assert len(starts.read_text().splitlines()) == 2
+            assert _text(await call(registry, "tiny__echo", {"text": "first"})) == "first"
+            assert len(starts.read_text().splitlines()) == 3
