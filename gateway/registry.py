@@ -225,6 +225,7 @@ class Registry:
             apply_timeout,
         ]
         """What every proxied tool call runs through, outermost first (see `gateway.calls`)."""
+        self._run_call = compose(self.call_chain)
         self._offline_tools: dict[str, Entry[types.Tool]] = {}
         """Tools of servers that are down, so a call can wait for a reconnect instead of failing."""
         self.catalog = Catalog()
@@ -389,7 +390,7 @@ class Registry:
             timeout=upstream.timeout_for(entry.original),
             idempotent=upstream.idempotent(entry.item, entry.original),
         )
-        return await compose(self.call_chain)(call)
+        return await self._run_call(call)
 
 
 def _items(entries: dict[str, Any]) -> list[tuple[str, Any]]:

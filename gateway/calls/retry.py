@@ -57,30 +57,36 @@ class Retries:
 
     async def __call__(self, call: ToolCall, call_next: CallHandler) -> types.CallToolResult:
         started = time.monotonic()
+        try:  # the first attempt runs bare: tenacity's machinery is only paid for by failures
+            return await call_next(call)
+        except GatewayError as exc:
+            if self.attempts < 2 or not self.retryable(call, exc, time.monotonic() - started):
+                raise
+            return await self._retry(call, call_next, started, exc)
+
+    async def _retry(
+        self, call: ToolCall, call_next: CallHandler, started: float, first: GatewayError
+    ) -> types.CallToolResult:
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.attempts) | stop_after_delay(self.max_seconds),
+            stop=stop_after_attempt(self.attempts - 1) | stop_after_delay(self.max_seconds),
             wait=wait_exponential_jitter(multiplier=self.initial_wait, max=self.max_wait),
             retry=retry_if_exception(lambda exc: self.retryable(call, exc, time.monotonic() - started)),
             reraise=True,
         )
-        last: GatewayError | None = None
-        tries = 0
+        last, tries = first, 1
         try:
             async for attempt in retrying:
                 with attempt:
                     tries += 1
-                    if tries > 1:
-                        remaining = self.max_seconds - (time.monotonic() - started)
-                        logger.info("retrying %r on %r (attempt %d): %s", call.name, call.server, tries, last)
-                        await self.wait_ready(call.server, max(0.0, remaining))
+                    remaining = self.max_seconds - (time.monotonic() - started)
+                    logger.info("retrying %r on %r (attempt %d): %s", call.name, call.server, tries, last)
+                    await self.wait_ready(call.server, max(0.0, remaining))
                     try:
                         return await call_next(call)
                     except GatewayError as exc:
                         last = exc
                         raise
         except GatewayError as exc:
-            if tries <= 1:
-                raise
             raise ExceededRetries(
                 f"Gave up on {call.name!r} after {tries} attempts in {time.monotonic() - started:.1f} s. "
                 f"Last error: {exc.message}",
