@@ -125,7 +125,7 @@ def _load(settings: Settings, *, serving: bool) -> tuple[GatewayConfig, Registry
     check_plugin_sections(config, [info.name for info in infos])
     specs = specs_from_plugins(pm, settings, config) + specs_from_config(config)
     # Only `serve` has a client to relay sampling, elicitation and roots requests to.
-    return config, Registry(specs, settings, relay_requests=serving), pm
+    return config, Registry(specs, settings, relay_requests=serving, plugins=pm), pm
 
 
 async def _with_registry(registry: Registry, body: Callable[[Registry], Awaitable[T]]) -> T:

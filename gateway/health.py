@@ -26,8 +26,8 @@ def server_health(upstream: Upstream, registry: Registry) -> dict[str, Any]:
 
 def is_ready(registry: Registry) -> bool:
     """Ready once every server's first connection attempt has finished and, if any server is
-    enabled, at least one is connected (or idle, ready to start on demand): one dead upstream must not take the gateway out of
-    a load balancer while it still serves the others."""
+    enabled, at least one is connected (or idle, ready to start on demand): one dead
+    upstream must not take the gateway out of a load balancer while it serves the others."""
     enabled = [u for u in registry.upstreams.values() if u.spec.enabled]
     if not all(u.settled for u in enabled):
         return False

@@ -7,23 +7,29 @@ combine. Contribution hooks take a `register` callback rather than returning val
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pluggy
 
 if TYPE_CHECKING:
+    import mcp_types as types
     from mcp.server import MCPServer, Server
     from pydantic import BaseModel
 
+    from gateway.calls.chain import ToolCall
+    from gateway.errors import GatewayError
     from gateway.router.base import Embedder
     from gateway.settings import Settings
 
 __all__ = [
     "PROJECT_NAME",
     "RegisterServer",
+    "gateway_after_call",
+    "gateway_before_call",
     "gateway_embedder",
     "gateway_register_servers",
+    "gateway_translate_error",
     "hookimpl",
     "hookspec",
 ]
@@ -76,4 +82,44 @@ def gateway_embedder(settings: Settings) -> Embedder | None:
     others. The object must satisfy `gateway.router.base.Embedder`: `model_id`, `dim`,
     `embed_documents(texts)` and `embed_query(text)`, returning L2-normalized float32
     numpy arrays. It is called from a worker thread.
+    """
+
+
+@hookspec
+def gateway_before_call(call: ToolCall) -> types.CallToolResult | Awaitable[types.CallToolResult | None] | None:
+    """Look at (or change) a proxied tool call before anything else runs; may answer it instead.
+
+    Called for every `tools/call` routed to a server, before argument validation, in
+    plugin order (directories by name, then entry points). A hook may replace
+    `call.arguments` (validation then checks the new ones), and may return a
+    `CallToolResult` to answer the call itself: the remaining before-hooks and the
+    upstream are then skipped (the after-hooks still run). Return None to go on. May be
+    a coroutine function. An exception becomes an `execution_error` result naming the plugin.
+    """
+
+
+@hookspec
+def gateway_after_call(
+    call: ToolCall, result: types.CallToolResult
+) -> types.CallToolResult | Awaitable[types.CallToolResult | None] | None:
+    """Look at (or replace) the result of a tool call before the client gets it.
+
+    Called for every result — from the upstream, including its own error results, or from
+    a before-hook — in reverse plugin order, so the first plugin's hooks wrap all others.
+    Return a `CallToolResult` to replace the result for the hooks after it and the
+    client, or None to keep it. May be a coroutine function. Gateway-made errors do not
+    come here: see `gateway_translate_error`.
+    """
+
+
+@hookspec(firstresult=True)
+def gateway_translate_error(
+    call: ToolCall, error: GatewayError
+) -> types.CallToolResult | Awaitable[types.CallToolResult | None] | None:
+    """Turn a gateway-made error (`error.code`, `error.message`, `error.server`) into the result the client gets.
+
+    Called when the call chain ends in a `GatewayError` (invalid arguments, upstream
+    unavailable, timeout, open breaker, exceeded retries ...). The first plugin that
+    returns a result wins (pluggy `firstresult`); when none does, the standard error
+    result of docs/errors.md is sent. May be a coroutine function.
     """

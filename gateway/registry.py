@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from gateway.calls import Middleware, ToolCall, compose
 from gateway.calls.breaker import CircuitBreakers
+from gateway.calls.plugin_hooks import PluginHooks
 from gateway.calls.retry import Retries
 from gateway.calls.timeout import apply_timeout
 from gateway.calls.validation import ArgumentValidator
@@ -190,9 +191,17 @@ def specs_from_plugins(
 class Registry:
     """Owns the upstreams and the merged catalog. Use `async with registry.running():`."""
 
-    def __init__(self, specs: Sequence[UpstreamSpec], settings: Settings, *, relay_requests: bool = True) -> None:
+    def __init__(
+        self,
+        specs: Sequence[UpstreamSpec],
+        settings: Settings,
+        *,
+        relay_requests: bool = True,
+        plugins: PluginManager | None = None,
+    ) -> None:
         """`relay_requests=False` for one-shot commands: with no client to ask, upstreams are
-        told the gateway does not support sampling, elicitation or roots."""
+        told the gateway does not support sampling, elicitation or roots. `plugins` brings
+        the plugins' call hooks into the call chain."""
         ids = [s.id for s in specs]
         duplicates = sorted({i for i in ids if ids.count(i) > 1})
         if duplicates:
@@ -224,6 +233,8 @@ class Registry:
             self.breakers,
             apply_timeout,
         ]
+        if plugins is not None and _has_call_hooks(plugins):
+            self.call_chain.insert(0, PluginHooks(plugins))
         """What every proxied tool call runs through, outermost first (see `gateway.calls`)."""
         self._run_call = compose(self.call_chain)
         self._offline_tools: dict[str, Entry[types.Tool]] = {}
@@ -391,6 +402,11 @@ class Registry:
             idempotent=upstream.idempotent(entry.item, entry.original),
         )
         return await self._run_call(call)
+
+
+def _has_call_hooks(pm: PluginManager) -> bool:
+    hooks = (pm.hook.gateway_before_call, pm.hook.gateway_after_call, pm.hook.gateway_translate_error)
+    return any(hook.get_hookimpls() for hook in hooks)
 
 
 def _items(entries: dict[str, Any]) -> list[tuple[str, Any]]:

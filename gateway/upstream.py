@@ -39,8 +39,8 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from gateway.catalog import ServerListing
-from gateway.listing_cache import fingerprint, load_listing, save_listing
 from gateway.errors import UpstreamTimeout, UpstreamUnauthorized, UpstreamUnavailable
+from gateway.listing_cache import fingerprint, load_listing, save_listing
 from gateway.stdio_child import stdio_child
 
 __all__ = [
