@@ -21,7 +21,7 @@ import mcp_types as types
 from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.errors import GatewayError, error_result
 from gateway.http import bind_socket, serve_http
-from gateway.plugins import PluginInfo, PluginManager, get_plugin_manager
+from gateway.plugins import PluginInfo, PluginManager, get_plugin_manager, plugin_directory
 from gateway.registry import (
     RegistrationError,
     Registry,
@@ -85,6 +85,10 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--queries", type=Path, required=True, help="queries JSONL with expected tools")
     evaluate.add_argument("--k", default="1,5,10", help="comma-separated cut-offs (default 1,5,10)")
     evaluate.add_argument("--json", action="store_true", help="print one JSON object, last on stdout")
+
+    scaffold = commands.add_parser("new-plugin", help="write a minimal plugin and its test, to start from")
+    scaffold.add_argument("name", help="plugin name: lowercase letters, digits, '_' (also the tool prefix)")
+    scaffold.add_argument("--tests", type=Path, default=Path("tests"), help="where its test goes (default ./tests)")
 
     call = commands.add_parser("call", help="call one tool and print its result")
     call.add_argument("tool", help="the exposed tool name, e.g. clock__now")
@@ -344,6 +348,19 @@ async def _serve(registry: Registry, settings: Settings, transport: str, pm: Plu
     return EXIT_OK
 
 
+def _new_plugin(settings: Settings, name: str, tests: Path) -> int:
+    from gateway.scaffold import ScaffoldError, new_plugin
+
+    try:
+        written = new_plugin(name, plugin_directory(settings), tests)
+    except ScaffoldError as exc:
+        raise _Usage(str(exc)) from None
+    for path in written:
+        print(f"wrote {path}")
+    print(f"next: `mcp-gateway tools --server {name}` lists its tool; `pytest {written[1]}` runs its test")
+    return EXIT_OK
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     """Parse arguments, run one command, return its exit code."""
     args = _parser().parse_args(argv)
@@ -355,6 +372,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             return _plugins(infos, args.json)
         if args.command == "eval":
             return _eval(settings, args.catalog, args.queries, args.k, args.json)
+        if args.command == "new-plugin":
+            return _new_plugin(settings, args.name, args.tests)
         _config, registry, pm = _load(settings, serving=args.command == "serve")
         if args.command in ("check", "servers"):
             return anyio.run(_check, registry, args.json, args.command == "servers")

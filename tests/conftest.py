@@ -38,7 +38,7 @@ async def call_plugin_tool(settings: Settings, tool: str, arguments: dict[str, A
     from gateway.server import GatewayServer
 
     pm, _ = get_plugin_manager(settings)
-    registry = Registry(specs_from_plugins(pm, settings), settings)
+    registry = Registry(specs_from_plugins(pm, settings), settings, plugins=pm)
     with anyio.fail_after(30):
         async with registry.running():
             gateway = GatewayServer(registry, settings)

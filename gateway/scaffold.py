@@ -1,0 +1,76 @@
+"""`mcp-gateway new-plugin NAME`: the minimal plugin of the plugin guide, with its test.
+
+The files are the guide's example with the name filled in, so what a new plugin author
+starts from is what the guide explains (and what `tests/test_scaffold.py` proves works).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+__all__ = ["NAME_PATTERN", "ScaffoldError", "new_plugin"]
+
+NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+
+PLUGIN_TEMPLATE = '''"""The {name} plugin: an MCP server served by mcp-gateway. Say here what its tools are for."""
+
+from mcp.server import MCPServer
+
+from gateway.hookspecs import hookimpl
+
+
+def create_server() -> MCPServer:
+    server = MCPServer("{name}")
+
+    @server.tool()
+    def greet(who: str) -> str:
+        """Greet someone by name."""
+        return f"Hello, {{who}}!"
+
+    return server
+
+
+@hookimpl
+def gateway_register_servers(register, settings):
+    register("{name}", create_server(), description="Greets people", capabilities=["{name}"])
+'''
+
+TEST_TEMPLATE = '''"""The {name} plugin's server, called through the SDK's real client in memory."""
+
+import anyio
+from mcp import Client
+
+from plugins.{name} import create_server
+
+
+def test_greet_says_hello() -> None:
+    async def main() -> str:
+        async with Client(create_server()) as client:
+            result = await client.call_tool("greet", {{"who": "Ada"}})
+            return result.content[0].text
+
+    assert anyio.run(main) == "Hello, Ada!"
+'''
+
+
+class ScaffoldError(Exception):
+    """A name that cannot be a plugin, or files that already exist."""
+
+
+def new_plugin(name: str, plugins_dir: Path, tests_dir: Path) -> list[Path]:
+    """Write `plugins_dir/<name>/__init__.py` and `tests_dir/test_<name>_plugin.py`; return their paths."""
+    if not NAME_PATTERN.match(name):
+        raise ScaffoldError(
+            f"{name!r} cannot be a plugin name: use lowercase letters, digits and '_', starting with a letter "
+            "(at most 32), so that it is also the tool prefix and a Python module name"
+        )
+    plugin, test = plugins_dir / name / "__init__.py", tests_dir / f"test_{name}_plugin.py"
+    existing = [str(path) for path in (plugin, test) if path.exists()]
+    if existing:
+        raise ScaffoldError(f"not overwriting {', '.join(existing)}")
+    plugin.parent.mkdir(parents=True, exist_ok=True)
+    test.parent.mkdir(parents=True, exist_ok=True)
+    plugin.write_text(PLUGIN_TEMPLATE.format(name=name), encoding="utf-8")
+    test.write_text(TEST_TEMPLATE.format(name=name), encoding="utf-8")
+    return [plugin, test]
