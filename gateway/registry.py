@@ -29,11 +29,11 @@ from gateway.calls.timeout import apply_timeout
 from gateway.calls.validation import ArgumentValidator
 from gateway.catalog import Catalog, Entry, ServerListing, build_catalog
 from gateway.config import ConfigError, GatewayConfig, ServerConfig, validate_plugin_settings
-from gateway.errors import ExecutionError, ToolNotFound, UpstreamUnavailable
+from gateway.errors import ExecutionError, ToolNotFound
 from gateway.plugins import PluginManager
 from gateway.relay import Relay
 from gateway.settings import Settings
-from gateway.upstream import CONNECTED_STATES, LISTED_STATES, Upstream, UpstreamSpec, unavailable_message
+from gateway.upstream import CONNECTED_STATES, LISTED_STATES, Upstream, UpstreamSpec, unavailable_error
 
 __all__ = [
     "ChangeKind",
@@ -348,7 +348,7 @@ class Registry:
             return self.upstreams[entry.server_id], entry
         owner = self.owner_of(name)
         if owner is not None and owner.state not in CONNECTED_STATES:
-            raise UpstreamUnavailable(unavailable_message(owner), server=owner.id)
+            raise unavailable_error(owner)
         close = difflib.get_close_matches(name, list(self.catalog.tools), n=3, cutoff=0.5)
         hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         raise ToolNotFound(f"There is no tool named {name!r}.{hint}")

@@ -53,6 +53,7 @@ __all__ = [
     "cancel_when",
     "gateway_version",
     "restart_delay",
+    "unavailable_error",
     "unavailable_message",
 ]
 
@@ -582,14 +583,15 @@ class Upstream:
                 await self.events.listing_changed(self)
 
     async def _health_worker(self, client: Client) -> None:
-        """Ping every `health_interval` s: a missed ping makes the server `degraded`, three in a
-        row close the connection so the supervisor reconnects. Pings bypass the call cap."""
+        """Probe every `health_interval` s (see `_probe`): a missed answer makes the server
+        `degraded`, three in a row close the connection so the supervisor reconnects. Probes
+        bypass the call cap."""
         misses = 0
         while True:
             await anyio.sleep(self.health_interval)
             try:
                 with anyio.fail_after(min(self.call_timeout, HEALTH_TIMEOUT)):
-                    await client.send_ping()
+                    await _probe(client)
             except MCPError as exc:
                 if exc.code not in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT):
                     misses = 0  # it answered, if only to say it has no ping
@@ -680,13 +682,7 @@ class Upstream:
 
     def _connected_client(self) -> Client:
         if self._client is None or self.state not in CONNECTED_STATES:
-            if self.unauthorized:
-                raise UpstreamUnauthorized(
-                    f"Server {self.id!r} refused the gateway's credentials ({self.reason}). "
-                    "An operator has to fix its credentials in the gateway's configuration.",
-                    server=self.id,
-                )
-            raise UpstreamUnavailable(unavailable_message(self), server=self.id)
+            raise unavailable_error(self)
         return self._client
 
     async def request(
@@ -817,11 +813,31 @@ async def _all_pages(fetch: Callable[..., Awaitable[Any]], items: Callable[[Any]
     return collected
 
 
+async def _probe(client: Client) -> None:
+    """The cheapest request a server must answer: `ping` before 2026-07-28, which removed it,
+    and a `server/discover` at the negotiated version from then on."""
+    if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        await client.session.send_discover(client.protocol_version)
+    else:
+        await _legacy(client.send_ping)
+
+
 async def _legacy(method: Callable[..., Awaitable[Any]], *args: Any) -> Any:
     """Call an SDK method that 2026-07-28 deprecates but handshake-era servers still need."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MCPDeprecationWarning)
         return await method(*args)
+
+
+def unavailable_error(upstream: Upstream) -> UpstreamUnavailable | UpstreamUnauthorized:
+    """The error for a call to a server that is not connected: unauthorized, or just unavailable."""
+    if upstream.unauthorized:
+        return UpstreamUnauthorized(
+            f"Server {upstream.id!r} refused the gateway's credentials ({upstream.reason}). "
+            "An operator has to fix its credentials in the gateway's configuration.",
+            server=upstream.id,
+        )
+    return UpstreamUnavailable(unavailable_message(upstream), server=upstream.id)
 
 
 def unavailable_message(upstream: Upstream) -> str:

@@ -179,8 +179,10 @@ async def test_a_hung_call_times_out_on_time_and_the_upstream_is_told_to_cancel(
 
 
 class _Failing500(BaseHTTPRequestHandler):
+    status = 500
+
     def _fail(self) -> None:
-        self.send_response(500)
+        self.send_response(self.status)
         self.send_header("Content-Type", "text/plain")
         self.end_headers()
         self.wfile.write(b"internal error")
@@ -201,6 +203,37 @@ def http_500_url() -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+class _Refusing401(_Failing500):
+    status = 401
+
+
+@pytest.fixture
+def http_401_url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Refusing401)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/mcp"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def test_a_server_that_refuses_the_gateways_credentials_gives_upstream_unauthorized(
+    tmp_path: Path, http_401_url: str
+) -> None:
+    servers = f"  remote:\n    url: {http_401_url}\n    headers: {{Authorization: Bearer wrong-token-1234}}\n"
+    with anyio.fail_after(30):
+        async with running(tmp_path, servers, retry_attempts=1) as registry:
+            remote = registry.upstreams["remote"]
+            assert remote.unauthorized and "refused the gateway's credentials (HTTP 401)" in (remote.reason or "")
+            with anyio.fail_after(10):
+                while remote.state != "failed":  # between reconnection attempts
+                    await anyio.sleep(0.05)
+            error = await call(registry, "remote__anything", {})
+            assert isinstance(error, GatewayError) and error.code == "upstream_unauthorized"
+            assert "wrong-token-1234" not in error.message
 
 
 def _refused_url() -> str:
@@ -373,3 +406,41 @@ async def test_an_on_demand_server_idles_keeps_its_tools_listed_and_starts_on_th
             assert len(starts.read_text().splitlines()) == 2
             assert _text(await call(registry, "tiny__echo", {"text": "first"})) == "first"
             assert len(starts.read_text().splitlines()) == 3
+
+
+async def test_a_server_that_stops_answering_pings_is_degraded_then_reconnected(tmp_path: Path) -> None:
+    servers = (
+        f"  tiny:\n    command: {sys.executable}\n    args: {json.dumps([str(TINY_SERVER)])}\n"
+        "    protocol: legacy\n    timeout: 0.3\n    health_interval: 0.2\n"
+    )
+    with anyio.fail_after(60):
+        async with running(tmp_path, servers) as registry:
+            tiny = registry.upstreams["tiny"]
+            frozen = tiny.pid
+            assert frozen is not None
+            os.kill(frozen, signal.SIGSTOP)  # alive, but answers nothing
+            seen: set[str] = set()
+            with anyio.fail_after(20):
+                while not (tiny.state == "ready" and tiny.pid not in (None, frozen)):
+                    seen.add(tiny.state)
+                    await anyio.sleep(0.02)
+            assert "degraded" in seen
+            assert not _alive(frozen)  # the frozen child was killed, not left behind
+            assert _text(await call(registry, "tiny__echo", {"text": "fresh"})) == "fresh"
+
+
+async def test_health_probes_keep_a_healthy_server_ready_in_either_protocol_era(tmp_path: Path) -> None:
+    servers = (
+        demo("modern")
+        + "    health_interval: 0.1\n"
+        + demo("legacy")
+        + "    protocol: legacy\n    health_interval: 0.1\n"
+    )
+    with anyio.fail_after(60):
+        async with running(tmp_path, servers) as registry:
+            modern, legacy = registry.upstreams["modern"], registry.upstreams["legacy"]
+            assert modern.protocol_version != legacy.protocol_version
+            changes = (modern.state_since, legacy.state_since)
+            await anyio.sleep(1.0)  # about ten probes each
+            assert (modern.state, legacy.state) == ("ready", "ready")
+            assert (modern.state_since, legacy.state_since) == changes
