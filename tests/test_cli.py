@@ -36,8 +36,20 @@ def test_check_on_the_example_config_reports_every_server_ok(tmp_path: Path) -> 
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["SERVER", "TRANSPORT", "STATUS", "TOOLS", "LATENCY"]
     rows = {line.split()[0]: line.split() for line in lines[1:]}
-    assert {"clock", "notes"} <= set(rows)
+    assert {"clock", "notes", "openapi"} <= set(rows)
     assert all(row[2] == "ok" for row in rows.values()), result.stdout
+    assert rows["openapi"][3] == "2"
+
+
+def test_the_example_config_serves_its_openapi_spec_from_a_local_file(tmp_path: Path) -> None:
+    tools = run_cli("--config", str(REPO / "external-mcps.yaml"), "tools", "--server", "openapi", tmp_path=tmp_path)
+    assert [line.split()[0] for line in tools.stdout.splitlines()[1:]] == ["openapi__call_api", "openapi__search_api"]
+    result = run_cli(
+        "--config", str(REPO / "external-mcps.yaml"), "call", "openapi__search_api", "--args", "{}", tmp_path=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    assert "(github, 16 operations, base URL https://api.github.com)" in result.stdout
+    assert "- licenses: 3" in result.stdout
 
 
 def test_check_exits_1_and_names_the_server_and_reason_when_one_fails(tmp_path: Path) -> None:

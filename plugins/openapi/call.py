@@ -158,10 +158,10 @@ def build_url(spec: ApiSpec, op: Operation, path: Mapping[str, Any]) -> str:
     return spec.base_url.rstrip("/") + "/" + route.lstrip("/")
 
 
-def _query_pairs(op: Operation, query: Mapping[str, Any]) -> list[tuple[str, str]]:
+def _query_pairs(op: Operation, query: Mapping[str, Any]) -> list[tuple[str, str | int | float | bool | None]]:
     """Query parameters serialized per their `style`/`explode` (form, spaceDelimited, pipeDelimited, deepObject)."""
     styles = {p.name: p for p in op.parameters if p.location == "query"}
-    pairs: list[tuple[str, str]] = []
+    pairs: list[tuple[str, str | int | float | bool | None]] = []
     for name, value in query.items():
         param = styles.get(name)
         style, explode = (param.style, param.explode) if param else ("form", True)

@@ -258,7 +258,7 @@ def _parameter_lines(op: Operation, spec: ApiSpec) -> Iterator[str]:
         yield f"{title} parameters:"
         for p in params:
             yield "  " + _field_line(
-                spec, p.name, p.required, p.schema | ({"description": p.description} if p.description else {})
+                spec, p.name, p.required, {**p.schema, **({"description": p.description} if p.description else {})}
             )
 
 
@@ -290,7 +290,7 @@ def describe_operation(spec: ApiSpec, op: Operation) -> str:
         response = deref(spec.document, raw)
         if not isinstance(response, Mapping):
             continue
-        content = response.get("content") if isinstance(response.get("content"), Mapping) else {}
+        content: Mapping[str, Any] = response["content"] if isinstance(response.get("content"), Mapping) else {}
         kind, media = next(iter(content.items()), ("", {}))
         schema = media.get("schema") if isinstance(media, Mapping) else None
         text = f"  {status}"

@@ -245,11 +245,16 @@ class ApiSpec:
                 tags=tuple(str(t) for t in op.get("tags") or () if isinstance(t, str | int)) or ("default",),
                 parameters=_parameters(document, path, method, item, op),
                 body=_request_body(document, pointer, op.get("requestBody")),
-                responses=op.get("responses") if isinstance(op.get("responses"), dict) else {},
+                responses=_mapping(op.get("responses")),
                 pointer=pointer,
                 deprecated=bool(op.get("deprecated")),
             )
         return spec
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    """`value` if it is a mapping (as the spec says it should be), else an empty one."""
+    return value if isinstance(value, dict) else {}
 
 
 def _text(value: Any) -> str:
@@ -263,7 +268,7 @@ def server_url(document: Mapping[str, Any], source_url: str = "") -> str:
         return source_url and urljoin(source_url, "/")
     first = servers[0]
     url = str(first.get("url", ""))
-    variables = first.get("variables") if isinstance(first.get("variables"), dict) else {}
+    variables = _mapping(first.get("variables"))
     for var, spec in variables.items():
         if isinstance(spec, dict) and "default" in spec:
             url = url.replace("{" + var + "}", str(spec["default"]))
@@ -291,9 +296,9 @@ def _parameters(
             schema_pointer = f"{pointer}/schema"
             if not isinstance(schema, dict):
                 # `content` instead of `schema`: take the first media type's schema.
-                content = param.get("content") if isinstance(param.get("content"), dict) else {}
+                content = _mapping(param.get("content"))
                 media = next(iter(content), None)
-                schema = content[media].get("schema", {}) if media and isinstance(content[media], dict) else {}
+                schema = _mapping(content[media]).get("schema", {}) if media else {}
                 schema_pointer = f"{pointer}/content/{_escape(media)}/schema" if media else ""
             location = str(param["in"])
             style = str(param.get("style", "form" if location in ("query", "cookie") else "simple"))
@@ -317,7 +322,7 @@ def _request_body(document: Mapping[str, Any], op_pointer: str, raw: Any) -> Req
     body = deref(document, raw)
     if not isinstance(body, dict):
         return None
-    content = body.get("content") if isinstance(body.get("content"), dict) else {}
+    content = _mapping(body.get("content"))
     media = {
         str(kind): (f"{pointer}/content/{_escape(str(kind))}/schema" if isinstance(v, dict) and "schema" in v else "")
         for kind, v in content.items()
