@@ -338,6 +338,18 @@ async def test_a_spec_that_fails_to_load_is_reported_and_the_others_still_serve(
     assert f"API 'gone' failed to load: {tmp_path / 'missing.yaml'}: no such file" in text
 
 
+@pytest.mark.anyio
+async def test_a_spec_is_fetched_from_a_url_and_an_http_error_names_the_url(library_url: str) -> None:
+    specs = [
+        {"name": "remote", "source": f"{library_url}/openapi.yaml"},
+        {"name": "broken", "source": f"{library_url}/v1/openapi.json"},
+    ]
+    async with connect(Config.model_validate({"specs": specs})) as client:
+        text = await ok(client, "search_api")
+    assert "Library API (remote, 9 operations, base URL http://127.0.0.1:8080)" in text  # the server variable's default
+    assert f"API 'broken' failed to load: {library_url}/v1/openapi.json: cannot fetch the spec: HTTP 401" in text
+
+
 # --- call_api against a real HTTP server -----------------------------------------------------------
 
 

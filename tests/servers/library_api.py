@@ -4,13 +4,15 @@ Run `python tests/servers/library_api.py`; it prints `PORT=<n>` once listening o
 127.0.0.1. Every request must carry `Authorization: Bearer $LIBRARY_TOKEN` (401
 otherwise). `GET /v1/whoami` echoes the credentials it received, so tests can check
 they never reach a tool result; shelf 500 answers 500; waiting on an operation takes
-5 s (for timeouts); `/v1/export?copies=N` is as large as asked.
+5 s (for timeouts); `/v1/export?copies=N` is as large as asked. The spec itself is
+served, without authentication, at `/openapi.yaml`.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -20,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+SPEC = Path(__file__).resolve().parent.parent / "data" / "openapi" / "library.yaml"
 TOKEN = os.environ.get("LIBRARY_TOKEN", "library-test-token")
 SHELVES: dict[int, dict[str, Any]] = {1: {"id": 1, "theme": "Fiction", "create_time": "2024-05-01T12:00:00Z"}}
 BOOKS: dict[int, list[dict[str, Any]]] = {
@@ -96,6 +99,10 @@ async def whoami(request: Request) -> Response:
     )
 
 
+async def openapi_document(request: Request) -> Response:
+    return Response(SPEC.read_text(encoding="utf-8"), media_type="application/yaml")
+
+
 class BearerOnly:
     """401 for a request without the right token, before any route runs."""
 
@@ -103,7 +110,7 @@ class BearerOnly:
         self.app = app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and not _authorized(Request(scope)):
+        if scope["type"] == "http" and scope["path"] != "/openapi.yaml" and not _authorized(Request(scope)):
             response = _error(401, 16, "missing or wrong bearer token", {"WWW-Authenticate": "Bearer"})
             await response(scope, receive, send)
             return
@@ -120,6 +127,7 @@ app = BearerOnly(
             Route("/v1/export", export, methods=["GET"]),
             Route("/v1/operations/{name}:wait", wait_operation, methods=["POST"]),
             Route("/v1/whoami", whoami, methods=["GET"]),
+            Route("/openapi.yaml", openapi_document, methods=["GET"]),
         ]
     )
 )
