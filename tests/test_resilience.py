@@ -79,29 +79,36 @@ def _text(result: types.CallToolResult | GatewayError) -> str:
 # ---- a server killed mid-call -------------------------------------------------------------
 
 
+async def kill_mid_call(
+    registry: Registry, tool: str, seconds: float, marker: Path
+) -> types.CallToolResult | GatewayError:
+    """Call `child__<tool>` (which marks its start in `marker`), SIGKILL the child once it has started."""
+    child = registry.upstreams["child"]
+    outcome: list[types.CallToolResult | GatewayError] = []
+
+    async def run() -> None:
+        outcome.append(await call(registry, f"child__{tool}", {"seconds": seconds, "marker": str(marker)}))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        await wait_for_lines(marker, 1)
+        assert child.pid is not None
+        os.kill(child.pid, signal.SIGKILL)
+    return outcome[0]
+
+
 async def test_sigkill_mid_call_gives_upstream_unavailable_once_and_the_next_call_works(tmp_path: Path) -> None:
     marker = tmp_path / "appended"
     with anyio.fail_after(60):
         async with running(tmp_path, demo("child") + demo("other")) as registry:
-            child = registry.upstreams["child"]
-            outcome: list[Any] = []
+            error = await kill_mid_call(registry, "slow_append", 10, marker)
+            assert _text(await call(registry, "other__echo", {"text": "still here"})) == "still here"
 
-            async def slow_append() -> None:
-                outcome.append(await call(registry, "child__slow_append", {"seconds": 10, "marker": str(marker)}))
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(slow_append)
-                await wait_for_lines(marker, 1)
-                assert child.pid is not None
-                os.kill(child.pid, signal.SIGKILL)
-                assert _text(await call(registry, "other__echo", {"text": "still here"})) == "still here"
-
-            [error] = outcome
             assert isinstance(error, GatewayError) and error.code == "upstream_unavailable"
             assert "'child'" in error.message
             assert marker.read_text().splitlines() == ["start"]  # a non-idempotent tool never runs twice
 
-            await child.wait_ready(20)
+            await registry.upstreams["child"].wait_ready(20)
             assert _text(await call(registry, "child__echo", {"text": "back"})) == "back"
             assert registry.upstreams["other"].state == "ready"
 
@@ -110,19 +117,7 @@ async def test_an_idempotent_call_interrupted_by_sigkill_is_retried_after_the_re
     marker = tmp_path / "lookups"
     with anyio.fail_after(60):
         async with running(tmp_path, demo("child"), retry_max_seconds=30) as registry:
-            child = registry.upstreams["child"]
-            outcome: list[Any] = []
-
-            async def lookup() -> None:
-                outcome.append(await call(registry, "child__slow_lookup", {"seconds": 1, "marker": str(marker)}))
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(lookup)
-                await wait_for_lines(marker, 1)
-                assert child.pid is not None
-                os.kill(child.pid, signal.SIGKILL)
-
-            assert _text(outcome[0]) == "looked up in 1.0"
+            assert _text(await kill_mid_call(registry, "slow_lookup", 1, marker)) == "looked up in 1.0"
             assert marker.read_text().splitlines() == ["start", "start"]
 
 
