@@ -188,6 +188,5 @@ def create_file(path: Path, script: str) -> None:
     partial = path.with_name(path.name + ".partial")
     partial.unlink(missing_ok=True)
     with closing(sqlite3.connect(partial)) as db:
-        db.executescript(script)
-        db.commit()
+        db.executescript(f"BEGIN;\n{script}\nCOMMIT;")  # one transaction: one sync to disk, not one per row
     partial.replace(path)
