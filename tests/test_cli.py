@@ -36,9 +36,10 @@ def test_check_on_the_example_config_reports_every_server_ok(tmp_path: Path) -> 
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["SERVER", "TRANSPORT", "STATUS", "TOOLS", "LATENCY"]
     rows = {line.split()[0]: line.split() for line in lines[1:]}
-    assert {"clock", "notes", "openapi"} <= set(rows)
+    assert {"clock", "notes", "openapi", "sql"} <= set(rows)
     assert all(row[2] == "ok" for row in rows.values()), result.stdout
     assert rows["openapi"][3] == "2"
+    assert (tmp_path / "data" / "demo-shop.sqlite").is_file()  # the example's demo database, made on first start
 
 
 def test_the_example_config_serves_its_openapi_spec_from_a_local_file(tmp_path: Path) -> None:
@@ -86,6 +87,9 @@ def test_tools_json_gives_full_tool_definitions(tmp_path: Path) -> None:
     result = run_cli("--config", str(REPO / "external-mcps.yaml"), "tools", "--json", tmp_path=tmp_path)
     tools = {t["name"]: t for t in json.loads(result.stdout)}
     assert tools["notes__add_note"]["inputSchema"]["required"] == ["title", "text"]
+    sql_tools = {"sql__describe_schema", "sql__execute_sql", "sql__add_records", "sql__generate_sql"}
+    assert sql_tools <= set(tools)
+    assert tools["sql__execute_sql"]["inputSchema"]["properties"]["dry_run"]["default"] is True
 
 
 def test_call_runs_one_tool_and_prints_its_result(tmp_path: Path) -> None:

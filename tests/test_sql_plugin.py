@@ -1,7 +1,6 @@
-"""The built-in sql plugin on real SQLite files, through the SDK's real client (in memory and via the gateway).
+"""The built-in sql plugin on real SQLite files, through the SDK's real client in memory.
 
-PostgreSQL support (plugins/sql/postgres_db.py) is not exercised here: no PostgreSQL
-server is started by the test set-up (see docs/sql.md).
+generate_sql and the gateway path are in test_sql_generate.py, PostgreSQL in test_sql_postgres.py.
 """
 
 from __future__ import annotations
