@@ -115,9 +115,15 @@ def _result(text: str, model: BaseModel) -> CallToolResult:
 _REFUSALS = (SqlRefused, SqlRefusal, TokenRefused, RecordsInvalid, DatabaseError)
 
 
-def create_server(config: Config, data_dir: Path, *, clock: Callable[[], float] | None = None) -> MCPServer:
+def create_server(
+    config: Config,
+    data_dir: Path,
+    *,
+    database: Database | None = None,
+    clock: Callable[[], float] | None = None,
+) -> MCPServer:
     """Build the `sql` server; the gateway and the tests use the same object. `clock` is for tests."""
-    database = open_database(config, data_dir)
+    database = database or open_database(config, data_dir)
     context_file = None
     if config.context_file:
         context_file = Path(config.context_file).expanduser()
@@ -170,9 +176,10 @@ def create_server(config: Config, data_dir: Path, *, clock: Callable[[], float] 
             int | None, Field(description="Most rows to return; the config sets the default and the maximum.")
         ] = None,
     ) -> Annotated[CallToolResult, ExecuteResult]:
-        """Run SQL safely. Queries: dry_run=true gives the plan, dry_run=false the rows as a table. Writes and
-        DDL: dry_run=true runs them in a rolled-back transaction to count the rows they would change and
-        returns a single-use confirmation_token; dry_run=false with that token runs them in one transaction."""
+        """Run SQL on the database safely, to answer questions from its data or to change it. Queries:
+        dry_run=true gives the plan, dry_run=false the rows as a table. Writes and DDL: dry_run=true runs
+        them in a rolled-back transaction to count the rows they would change and returns a single-use
+        confirmation_token; dry_run=false with that token runs them in one transaction."""
         try:
             text, result = await service.execute(
                 sql, dry_run=dry_run, confirmation_token=confirmation_token, timeout_ms=timeout_ms, max_rows=max_rows
@@ -200,11 +207,19 @@ def create_server(config: Config, data_dir: Path, *, clock: Callable[[], float] 
     return server
 
 
-def _describe(config: Config) -> str:
-    kind = "PostgreSQL" if config.database and "://" in config.database else "SQLite"
+def _describe(database: Database) -> str:
+    """The server's description for people and the router; a SQLite file's table names make its topic findable."""
+    kind = "PostgreSQL" if database.backend == "postgresql" else "SQLite"
+    tables = ""
+    if database.backend == "sqlite":
+        try:
+            names = [t.name for t in database.read_schema().tables]
+        except DatabaseError:
+            names = []
+        tables = f" (tables: {', '.join(names)})" if names else ""
     return (
-        f"SQL on a {kind} database: describe the schema, run queries, dry-run and confirm writes, insert "
-        "records, and turn plain-language requests into SQL."
+        f"SQL on a {kind} database{tables}: describe the schema, run queries, dry-run and confirm writes, "
+        "insert records, and turn plain-language requests into SQL."
     )
 
 
@@ -212,9 +227,10 @@ def _describe(config: Config) -> str:
 def gateway_register_servers(register: RegisterServer, settings: Settings, config: Config | None) -> None:
     """Serve the configured database (the demo shop database when none is configured)."""
     config = config or Config()
+    database = open_database(config, settings.data_dir)
     register(
         "sql",
-        create_server(config, settings.data_dir),
-        description=_describe(config),
+        create_server(config, settings.data_dir, database=database),
+        description=_describe(database),
         capabilities=["sql", "database", "query", "sqlite", "postgresql"],
     )
