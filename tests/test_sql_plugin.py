@@ -377,3 +377,36 @@ def test_the_demo_database_is_the_same_every_time(tmp_path: Path) -> None:
         assert list(a.iterdump()) == list(b.iterdump())
         assert a.execute("PRAGMA foreign_key_check").fetchall() == []
     assert [count(first, t) for t in ("customers", "products", "orders", "order_items")] == [8, 10, 15, 30]
+
+
+async def test_a_missing_sqlite_file_is_a_clear_error_and_is_not_created(tmp_path: Path) -> None:
+    missing = tmp_path / "typo.sqlite"
+    async with Client(create_server(Config(database=str(missing)), tmp_path)) as client:
+        message = await refused(client, "execute_sql", sql="SELECT 1", dry_run=False)
+        assert f"the SQLite database file {missing} does not exist" in message
+        assert "does not exist" in await refused(client, "describe_schema")
+    assert not missing.exists()
+
+
+def test_relative_paths_are_resolved_against_the_data_directory(tmp_path: Path) -> None:
+    from plugins.sql import open_database
+
+    database = open_database(Config(database="nested/shop.sqlite", demo=True), tmp_path / "data")
+    assert database.label == str(tmp_path / "data" / "nested" / "shop.sqlite")
+    assert (tmp_path / "data" / "nested" / "shop.sqlite").is_file()
+    assert open_database(Config(), tmp_path / "data").label == str(tmp_path / "data" / "sql" / "demo.sqlite")
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"timeout_ms": 9000, "timeout_ms_limit": 1000}, "timeout_ms (9000) is above timeout_ms_limit (1000)"),
+        ({"max_rows": 50, "max_rows_limit": 10}, "max_rows (50) is above max_rows_limit (10)"),
+        ({"database": "mysql://db/shop"}, "scheme 'mysql' is not supported"),
+        ({"database": "postgresql://127.0.0.1/shop", "demo": True}, "demo creates a SQLite file"),
+        ({"databse": "x.sqlite"}, "Extra inputs are not permitted"),
+    ],
+)
+def test_inconsistent_settings_are_refused_when_the_config_is_read(settings: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Config(**settings)
