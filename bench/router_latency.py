@@ -15,7 +15,14 @@ Measured, with the bundled embedding model loaded as the gateway loads it
 3. warm start of the same 2,500 tools: a new `Router` and a new `SqliteEmbeddingCache`
    on the same file, as after a restart (vectors read from SQLite, BM25 rebuilt);
 4. search at 10,000 tools (the synthetic catalog; its remaining 7,500 documents are
-   embedded first, into the same cache).
+   embedded first, into the same cache);
+5. with `--compare`, the previous query path against the current one, interleaved query
+   by query in this process (the machine is shared, so only same-moment comparisons
+   mean much): the query embedding through fastembed with the request as written, run
+   directly (`gateway.router.pooling`) with the request as written, and run directly
+   with `compact_query(request)` (the default); and a whole search, previous
+   (fastembed, request as written) against default. Then the embedding of the 2,500
+   synthetic documents in chunks of 100, through fastembed and directly, alternating.
 
 The synthetic catalog is deterministic: copy 0 is the real catalog, and copy i > 0 of
 each real tool gets a server renamed `<server>-<edition>-<i>`, a tool name with an
@@ -116,6 +123,93 @@ def timed(calls: Sequence[Callable[[], object]]) -> dict[str, float]:
     return {"p50_ms": round(statistics.median(times), 3), "p95_ms": round(percentile(times, 95), 3), "n": len(times)}
 
 
+def interleaved(variants: dict[str, Callable[[str], object]], texts: Sequence[str]) -> dict[str, dict[str, float]]:
+    """p50/p95 in ms of each variant over `texts`, the variants taking turns on each text."""
+    for text in texts[:3]:
+        for call in variants.values():
+            call(text)
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for i, text in enumerate(texts):
+        names = list(variants) if i % 2 == 0 else list(reversed(variants))
+        for name in names:
+            started = time.perf_counter()
+            variants[name](text)
+            times[name].append((time.perf_counter() - started) * 1000)
+    return {
+        name: {"p50_ms": round(statistics.median(t), 3), "p95_ms": round(percentile(t, 95), 3), "n": len(t)}
+        for name, t in times.items()
+    }
+
+
+def compare_paths(
+    embedder: Embedder,
+    records: Sequence[ToolRecord],
+    queries: Sequence[str],
+    documents: Sequence[ToolRecord],
+    rounds: int,
+) -> dict[str, object]:
+    """Section 5: the previous query path (fastembed, request as written) against the current one."""
+    from gateway.router.documents import dense_document
+    from gateway.router.embedder import FastEmbedEmbedder
+    from gateway.router.index import RouterConfig
+    from gateway.router.query import compact_query
+
+    if not isinstance(embedder, FastEmbedEmbedder) or not embedder.direct:
+        return {"skipped": "the embedder has no direct path"}
+
+    def through(direct: bool, call: Callable[[str], object]) -> Callable[[str], object]:
+        def run(text: str) -> object:
+            embedder.direct = direct
+            try:
+                return call(text)
+            finally:
+                embedder.direct = True
+
+        return run
+
+    previous = Router(embedder, config=RouterConfig(query_text="raw"))
+    previous.update(records)
+    current = Router(embedder)
+    current.update(records)
+    texts = list(queries) * rounds
+    out: dict[str, object] = {
+        "embed_query": interleaved(
+            {
+                "fastembed, as written": through(False, embedder.embed_query),
+                "direct, as written": through(True, embedder.embed_query),
+                "direct, compact_query": through(True, lambda q: embedder.embed_query(compact_query(q))),
+            },
+            texts,
+        ),
+        "search_527": interleaved(
+            {
+                "previous (fastembed, as written)": through(False, lambda q: previous.search(q, k=8)),
+                "default (direct, compact_query)": through(True, lambda q: current.search(q, k=8)),
+            },
+            texts,
+        ),
+    }
+    texts_2500 = sorted((dense_document(r) for r in documents), key=len)
+    chunks = [texts_2500[i : i + 100] for i in range(0, len(texts_2500), 100)]
+    seconds = {"fastembed": 0.0, "direct": 0.0}
+    for i, chunk in enumerate(chunks):
+        for name in ("fastembed", "direct") if i % 2 == 0 else ("direct", "fastembed"):
+            embedder.direct = name == "direct"
+            started = time.perf_counter()
+            for start in range(0, len(chunk), 32):
+                embedder.embed_documents(chunk[start : start + 32])
+            seconds[name] += time.perf_counter() - started
+    embedder.direct = True
+    out["embed_2500_documents_s"] = {name: round(value, 2) for name, value in seconds.items()}
+    for section in ("embed_query", "search_527"):
+        table = out[section]
+        assert isinstance(table, dict)
+        for name, r in table.items():
+            print(f"  {section:12} {name:34} p50 {r['p50_ms']:6.2f} ms  p95 {r['p95_ms']:6.2f} ms  (n={r['n']})")
+    print(f"  embedding 2,500 documents: {out['embed_2500_documents_s']}")
+    return out
+
+
 def progress_bar(label: str) -> TerminalProgress:
     return TerminalProgress(label, minimum=0)
 
@@ -129,6 +223,7 @@ def main() -> int:
     parser.add_argument("--large-tools", type=int, default=10_000)
     parser.add_argument("--batch-size", type=int, default=None, help="embedder batch size (default: the setting's)")
     parser.add_argument("--json", action="store_true", help="also print one JSON object as the last line")
+    parser.add_argument("--compare", action="store_true", help="also compare the previous query path (section 5)")
     args = parser.parse_args()
 
     from gateway.router.cache import SqliteEmbeddingCache
@@ -201,6 +296,8 @@ def main() -> int:
             r = results[key]
             assert isinstance(r, dict)
             print(f"  {key:18} p50 {r['p50_ms']:6.2f} ms  p95 {r['p95_ms']:6.2f} ms  (n={r['n']})")
+        if args.compare:
+            results["compare"] = compare_paths(embedder, records, queries, synthetic[: args.cold_tools], args.rounds)
     results["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     results["router"] = router.description
     if args.json:

@@ -27,6 +27,8 @@ Variants (`RouterConfig` fields in brackets):
     weighted-0.5/0.6/0.7 weighted sum of cosine and BM25 coverage          [dense_weight]
     server-0.5/1.0       + the tool's server's score (MCP-Zero style)      [server_weight]
     split-mean/...       + sub-queries per step, merged                    [split, merge]
+    raw-query            default, but the request embedded as written      [query_text="raw"]
+    full-0.5             + a second vector per tool, of its full document  [full_document_weight]
     default              RouterConfig()
 """
 
@@ -69,6 +71,9 @@ VARIANTS: dict[str, RouterConfig] = {
     "split-max": RouterConfig(split="sentences", merge="max"),
     "split-round-robin": RouterConfig(split="sentences", merge="round_robin"),
     "clauses-mean": RouterConfig(split="clauses", merge="mean"),
+    "raw-query": RouterConfig(query_text="raw"),
+    "full-0.5": RouterConfig(full_document_weight=0.5),
+    "full-0.5-raw-query": RouterConfig(full_document_weight=0.5, query_text="raw"),
     "default": RouterConfig(),
 }
 

@@ -74,6 +74,15 @@ class EmbeddingSettings(BaseModel):
     )
     threads: int | None = Field(default=None, ge=1, description="ONNX Runtime threads; unset: all cores.")
     batch_size: int = Field(default=64, ge=1, le=4096, description="Documents embedded per batch.")
+    max_query_tokens: int = Field(
+        default=64,
+        ge=8,
+        le=512,
+        description=(
+            "Word pieces of a search request the model reads (the rest is cut; BM25 reads it all); "
+            "applies to the bundled model and models of its layout."
+        ),
+    )
 
 
 class RoutingSettings(BaseModel):

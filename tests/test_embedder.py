@@ -117,6 +117,33 @@ def test_length_sorted_batches_return_vectors_in_input_order(data_dir: Path, emb
     np.testing.assert_allclose(embedder.embed_query(texts[0]), one_by_one[0], atol=1e-5)
 
 
+def test_the_direct_path_gives_the_vectors_fastembed_gives(embedder: FastEmbedEmbedder) -> None:
+    assert embedder.direct  # the bundled model runs its ONNX session without fastembed's wrapper
+    texts = ["Create a GitHub issue", "weather", "x" * 5000, "List the files in a directory, recursively if asked"]
+    direct_documents = embedder.embed_documents(texts)
+    direct_query = embedder.embed_query(texts[3])
+    embedder.direct = False
+    try:
+        via_fastembed = embedder.embed_documents(texts)
+        query_via_fastembed = embedder.embed_query(texts[3])
+    finally:
+        embedder.direct = True
+    np.testing.assert_allclose(direct_documents, via_fastembed, atol=1e-5)
+    np.testing.assert_allclose(direct_query, query_via_fastembed, atol=1e-5)
+
+
+def test_a_query_is_cut_at_max_query_tokens(data_dir: Path, embedder: FastEmbedEmbedder) -> None:
+    short = load_embedder(EmbeddingSettings(max_query_tokens=8), data_dir)
+    assert isinstance(short, FastEmbedEmbedder) and short.direct
+    head = "weather forecast for tomorrow in paris"  # 6 word pieces + [CLS] and [SEP]
+    long = head + " and then translate the forecast into german"
+    np.testing.assert_allclose(short.embed_query(long), short.embed_query(head), atol=1e-5)
+    np.testing.assert_allclose(short.embed_query(head), embedder.embed_query(head), atol=1e-5)
+    assert float(embedder.embed_query(long) @ embedder.embed_query(head)) < 0.99
+    # documents are not cut at the query limit
+    assert float(short.embed_documents([long])[0] @ embedder.embed_documents([long])[0]) == pytest.approx(1.0, abs=1e-5)
+
+
 def test_the_embedder_works_from_worker_threads(embedder: FastEmbedEmbedder) -> None:
     expected = embedder.embed_query("read a file")
     results: list[np.ndarray] = []

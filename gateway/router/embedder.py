@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gateway.router.base import Embedder, Matrix, Vector
+from gateway.router.pooling import MeanPoolingEncoder
 
 if TYPE_CHECKING:
     from gateway.settings import EmbeddingSettings
@@ -112,6 +113,7 @@ class FastEmbedEmbedder:
         cache_dir: Path | None = None,
         threads: int | None = None,
         batch_size: int = 64,
+        max_query_tokens: int = 64,
     ) -> None:
         from fastembed import TextEmbedding
 
@@ -130,6 +132,8 @@ class FastEmbedEmbedder:
         self._model_id = model_id
         self._batch_size = batch_size
         self._lock = threading.Lock()
+        self._encoder = _mean_pooling_encoder(self._model, model_name, max_query_tokens)
+        self._use_encoder = True
         probe = self._run(["warm-up"])
         self._dim = int(probe.shape[1])
 
@@ -150,8 +154,22 @@ class FastEmbedEmbedder:
     def batch_size(self) -> int:
         return self._batch_size
 
+    @property
+    def direct(self) -> bool:
+        """True when the ONNX session is run directly (`gateway.router.pooling`), not through fastembed.
+
+        Set it to False to go through fastembed (benchmarks compare the two)."""
+        return self._encoder is not None and self._use_encoder
+
+    @direct.setter
+    def direct(self, value: bool) -> None:
+        self._use_encoder = value
+
     def _run(self, texts: list[str]) -> Matrix:
         with self._lock:
+            if self.direct:
+                assert self._encoder is not None
+                return self._encoder.embed_documents(texts, self._batch_size)
             rows = list(self._model.embed(texts, batch_size=self._batch_size))
         return _normalized(np.vstack(rows))
 
@@ -172,11 +190,29 @@ class FastEmbedEmbedder:
 
     def embed_query(self, text: str) -> Vector:
         with self._lock:
+            if self.direct:
+                assert self._encoder is not None
+                return self._encoder.embed_query(text)
             row = next(iter(self._model.query_embed(text)))
         return _normalized(np.asarray(row)[np.newaxis, :])[0]
 
     def __repr__(self) -> str:
         return f"FastEmbedEmbedder({self._model_name!r}, model_id={self._model_id!r}, dim={self._dim})"
+
+
+def _mean_pooling_encoder(model: Any, model_name: str, max_query_tokens: int) -> MeanPoolingEncoder | None:
+    """A direct encoder for models with the bundled model's layout (mean pooling, no query
+    prefix), using fastembed's loaded session and tokenizer; None for any other model."""
+    from fastembed.text.pooled_embedding import PooledEmbedding
+
+    inner = getattr(model, "model", None)
+    if model_name.lower() != DEFAULT_MODEL_NAME.lower() or not isinstance(inner, PooledEmbedding):
+        return None
+    if getattr(inner, "model", None) is None:
+        inner.load_onnx_model()
+    if inner.model is None or getattr(inner, "tokenizer", None) is None:
+        return None
+    return MeanPoolingEncoder(inner.model, inner.tokenizer, max_query_tokens=max_query_tokens)
 
 
 def _normalized(matrix: Any) -> Matrix:
@@ -368,6 +404,7 @@ def _open(
                 cache_dir=cache_dir,
                 threads=settings.threads,
                 batch_size=settings.batch_size,
+                max_query_tokens=settings.max_query_tokens,
             )
     except Exception as e:  # noqa: BLE001 - fastembed, onnxruntime and tokenizers raise anything
         cause = f"{type(e).__name__}: {e}"

@@ -37,6 +37,7 @@ from gateway.router.base import Embedder, EmbeddingCache, Matrix, SearchHit, Too
 from gateway.router.bm25 import BM25Index
 from gateway.router.cache import cache_key
 from gateway.router.documents import dense_document, split_identifier, tool_document, tool_short_name, truncate
+from gateway.router.query import compact_query
 
 __all__ = ["EMBED_BATCH", "Router", "RouterConfig", "split_query"]
 
@@ -66,6 +67,15 @@ class RouterConfig:
     merge: Literal["round_robin", "max", "mean"] = "mean"
     """With `split`: take turns between the rankings; a tool's best score; or the mean of
     the full request's score and the best sub-query score."""
+    full_document_weight: float = 0.0
+    """> 0: embed each tool's full `tool_document` too (parameters, server description) and
+    use `(1 - w) * cosine(short text) + w * cosine(full text)` as its cosine. Off by
+    default: +0.03 recall@5 on LiveMCPBench, but the full text is about four times as long
+    as the short one, so a cold build costs about four times as much (docs/benchmarks.md)."""
+    query_text: Literal["compact", "raw"] = "compact"
+    """What the embedding model reads of a request: `compact_query(request)` (paths and URLs
+    as their kind, no stopwords: as good and shorter, hence faster), or the request as is.
+    BM25 always reads the request as is."""
     k1: float = 1.2
     b: float = 0.75
 
@@ -79,10 +89,14 @@ class RouterConfig:
             parts = [f"rrf(k={self.rrf_k})"]
         else:
             parts = ["dense"]
+        if dense and self.fusion != "bm25" and self.full_document_weight:
+            parts.append(f"full-document={self.full_document_weight:g}")
         if self.server_weight:
             parts.append(f"server={self.server_weight:g}")
         if self.split != "off":
             parts.append(f"split={self.split}/{self.merge}")
+        if dense and self.fusion != "bm25" and self.query_text == "raw":
+            parts.append("raw-query")
         return "+".join(parts)
 
 
@@ -155,6 +169,8 @@ class _Snapshot:
     records: tuple[ToolRecord, ...] = ()
     names: tuple[str, ...] = ()
     matrix: Matrix | None = None
+    full_matrix: Matrix | None = None
+    """Vectors of the full documents (only with `full_document_weight`)."""
     bm25: BM25Index = field(default_factory=BM25Index)
     server_of: npt.NDArray[np.intp] = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
     """Row -> index of the tool's server (only with `server_weight`)."""
@@ -224,6 +240,7 @@ class Router:
             ordered = sorted(records, key=lambda r: r.name)
             bm25 = BM25Index.build([(r.name, tool_document(r)) for r in ordered], k1=cfg.k1, b=cfg.b, previous=old.bm25)
             texts = [dense_document(r) for r in ordered]
+            full_texts = [tool_document(r) for r in ordered] if cfg.full_document_weight else []
             server_of = np.zeros(len(ordered), dtype=np.intp)
             server_bm25: BM25Index | None = None
             server_texts: list[str] = []
@@ -239,15 +256,19 @@ class Router:
                     list(zip(server_ids, server_texts, strict=True)), k1=cfg.k1, b=cfg.b, previous=old.server_bm25
                 )
             matrix: Matrix | None = None
+            full_matrix: Matrix | None = None
             server_matrix: Matrix | None = None
             if self._embedder is not None and cfg.fusion != "bm25":
-                vectors = self._embed_all(texts + server_texts, progress)
+                vectors = self._embed_all(texts + full_texts + server_texts, progress)
                 matrix = vectors[: len(texts)]
-                server_matrix = vectors[len(texts) :] if server_texts else None
+                full_end = len(texts) + len(full_texts)
+                full_matrix = vectors[len(texts) : full_end] if full_texts else None
+                server_matrix = vectors[full_end:] if server_texts else None
             self._snapshot = _Snapshot(
                 records=tuple(ordered),
                 names=tuple(r.name for r in ordered),
                 matrix=matrix,
+                full_matrix=full_matrix,
                 bm25=bm25,
                 server_of=server_of,
                 server_matrix=server_matrix,
@@ -356,8 +377,11 @@ class Router:
             server: npt.NDArray[np.floating] = server_bm25
         else:
             assert snap.matrix is not None
-            vectors = self._embed_queries(queries)
+            vectors = self._embed_queries(queries if cfg.query_text == "raw" else [compact_query(q) for q in queries])
             cosine = np.clip(_dot(vectors, snap.matrix), 0.0, 1.0)
+            if snap.full_matrix is not None:
+                w_full = cfg.full_document_weight
+                cosine = (1 - w_full) * cosine + w_full * np.clip(_dot(vectors, snap.full_matrix), 0.0, 1.0)
             server_cosine = (
                 np.clip(_dot(vectors, snap.server_matrix), 0.0, 1.0)
                 if servers and snap.server_matrix is not None
