@@ -9,6 +9,11 @@ Runs `gateway.router.eval.run_eval` once per variant with the bundled embedding 
     python bench/router_variants.py ... --json                      # one JSON object last
     python bench/router_variants.py --bm25-libraries                # BM25: ours vs bm25s
 
+Each row also gives recall@5 and recall@10 on the two halves of the queries (the
+queries at even and at odd lines of the file), a check that a change helps on both
+halves rather than on a few queries: a variant chosen on one half is reported on the
+other too.
+
 `--lexical-gap` removes from every query the words that also occur in the names of the
 tools it expects (compared as BM25 terms: lowercased, stemmed), so that the request's
 wording no longer matches the tools' names: a rough stand-in for paraphrased requests,
@@ -96,6 +101,18 @@ def lexical_gap_queries(source: Path, destination: Path) -> None:
             kept = [w for w in words if not set(tokenize(w)) & name_terms]
             item["query"] = " ".join(kept) or item["query"]
             out.write(json.dumps(item, ensure_ascii=False) + "\n")
+
+
+def halves(report: Any) -> dict[str, float]:
+    """recall@5 and recall@10 over the scored queries at even and at odd positions."""
+    out = {}
+    scored = [entry for entry in report.per_query if "rr" in entry]
+    for label, part in (("even", scored[0::2]), ("odd", scored[1::2])):
+        for k in (5, 10):
+            values = [entry.get(f"recall@{k}") for entry in part]
+            if part and all(v is not None for v in values):
+                out[f"recall@{k}_{label}"] = round(sum(values) / len(part), 4)
+    return out
 
 
 def _recall(rankings: list[list[str]], queries: list[Any], ks: list[int]) -> dict[str, float]:
@@ -237,17 +254,20 @@ def main() -> int:
             lexical_gap_queries(args.queries, queries)
         rows = []
         header = f"{'variant':18} {'router':44} " + " ".join(f"{'R@' + str(k):>6}" for k in ks)
-        print(header + f" {'MRR':>6} {'index s':>8} {'p50 ms':>7}")
+        print(header + f" {'MRR':>6} {'index s':>8} {'p50 ms':>7}  R@5 even/odd  R@10 even/odd")
         for name in names:
             config = VARIANTS[name]
             started = time.perf_counter()
             report = run_eval(args.catalog, queries, ks, None if config.fusion == "bm25" else embedder, config=config)
-            row = {"variant": name, **report.to_json(), "seconds": round(time.perf_counter() - started, 2)}
+            split = halves(report)
+            row = {"variant": name, **report.to_json(), **split, "seconds": round(time.perf_counter() - started, 2)}
             rows.append(row)
             recalls = " ".join(f"{report.recall[k]:6.3f}" for k in sorted(set(ks)))
             print(
                 f"{name:18} {report.router:44} {recalls} {report.mrr:6.3f} "
-                f"{report.index_seconds:8.2f} {report.search_ms_p50:7.2f}",
+                f"{report.index_seconds:8.2f} {report.search_ms_p50:7.2f}  "
+                f"{split.get('recall@5_even', 0):.3f}/{split.get('recall@5_odd', 0):.3f}  "
+                f"{split.get('recall@10_even', 0):.3f}/{split.get('recall@10_odd', 0):.3f}",
                 flush=True,
             )
     if args.json:
