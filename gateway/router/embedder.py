@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gateway.router.base import Embedder, Matrix, Vector
-from gateway.router.pooling import MeanPoolingEncoder
+from gateway.router.pooling import fastembed_encoder
 
 if TYPE_CHECKING:
     from gateway.settings import EmbeddingSettings
@@ -132,7 +132,9 @@ class FastEmbedEmbedder:
         self._model_id = model_id
         self._batch_size = batch_size
         self._lock = threading.Lock()
-        self._encoder = _mean_pooling_encoder(self._model, model_name, max_query_tokens)
+        # The bundled model's layout (mean pooling, no query prefix) is run directly.
+        same_layout = model_name.lower() == DEFAULT_MODEL_NAME.lower()
+        self._encoder = fastembed_encoder(self._model, max_query_tokens) if same_layout else None
         self._use_encoder = True
         probe = self._run(["warm-up"])
         self._dim = int(probe.shape[1])
@@ -198,21 +200,6 @@ class FastEmbedEmbedder:
 
     def __repr__(self) -> str:
         return f"FastEmbedEmbedder({self._model_name!r}, model_id={self._model_id!r}, dim={self._dim})"
-
-
-def _mean_pooling_encoder(model: Any, model_name: str, max_query_tokens: int) -> MeanPoolingEncoder | None:
-    """A direct encoder for models with the bundled model's layout (mean pooling, no query
-    prefix), using fastembed's loaded session and tokenizer; None for any other model."""
-    from fastembed.text.pooled_embedding import PooledEmbedding
-
-    inner = getattr(model, "model", None)
-    if model_name.lower() != DEFAULT_MODEL_NAME.lower() or not isinstance(inner, PooledEmbedding):
-        return None
-    if getattr(inner, "model", None) is None:
-        inner.load_onnx_model()
-    if inner.model is None or getattr(inner, "tokenizer", None) is None:
-        return None
-    return MeanPoolingEncoder(inner.model, inner.tokenizer, max_query_tokens=max_query_tokens)
 
 
 def _normalized(matrix: Any) -> Matrix:

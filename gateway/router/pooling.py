@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from gateway.router.base import Matrix, Vector
 
-__all__ = ["MeanPoolingEncoder"]
+__all__ = ["MeanPoolingEncoder", "fastembed_encoder"]
 
 
 class MeanPoolingEncoder:
@@ -86,3 +86,20 @@ class MeanPoolingEncoder:
         result = np.empty((len(order), dim or 0), dtype=np.float32)
         result[np.asarray(order, dtype=np.intp)] = sorted_rows
         return result
+
+
+def fastembed_encoder(model: Any, max_query_tokens: int) -> MeanPoolingEncoder | None:
+    """A direct encoder over a `fastembed.TextEmbedding`'s own session and tokenizer, if it is
+    a mean-pooling model (fastembed's `PooledEmbedding`); None for any other kind.
+
+    The caller knows that the model takes no query prefix (fastembed adds none for these)."""
+    from fastembed.text.pooled_embedding import PooledEmbedding
+
+    inner = getattr(model, "model", None)
+    if not isinstance(inner, PooledEmbedding):
+        return None
+    if getattr(inner, "model", None) is None:
+        inner.load_onnx_model()
+    if inner.model is None or getattr(inner, "tokenizer", None) is None:
+        return None
+    return MeanPoolingEncoder(inner.model, inner.tokenizer, max_query_tokens=max_query_tokens)
