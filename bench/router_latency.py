@@ -9,7 +9,8 @@ Measured, with the bundled embedding model loaded as the gateway loads it
 
 1. search at 527 tools (the LiveMCPBench catalog): every query of its queries file,
    `--rounds` times, timed around `Router.search` (query embedding included); the same
-   with short queries (each query's first 6 words), and the query embedding alone;
+   with short queries (each query's first 6 words), and the embedding alone of the request
+   as written (a search embeds `compact_query(request)`: section 5 times that);
 2. cold index build of 2,500 tools (the first 2,500 of the synthetic catalog, below):
    `Router.update` with an empty `SqliteEmbeddingCache`, every document embedded;
 3. warm start of the same 2,500 tools: a new `Router` and a new `SqliteEmbeddingCache`
