@@ -121,6 +121,7 @@ class CountingEmbedder:
     def __init__(self, inner: Embedder) -> None:
         self.inner = inner
         self.documents: list[str] = []
+        self.queries: list[str] = []
 
     @property
     def model_id(self) -> str:
@@ -135,6 +136,7 @@ class CountingEmbedder:
         return self.inner.embed_documents(texts)
 
     def embed_query(self, text: str) -> Vector:
+        self.queries.append(text)
         return self.inner.embed_query(text)
 
 
@@ -333,6 +335,8 @@ def test_every_ranking_variant_returns_valid_results(embedder: Embedder) -> None
         RouterConfig(server_weight=0.5),
         RouterConfig(split="clauses", merge="round_robin"),
         RouterConfig(split="sentences", merge="max"),
+        RouterConfig(full_document_weight=0.5),
+        RouterConfig(query_text="raw"),
     ):
         router = Router(embedder, config=config)
         router.update(CATALOG)
@@ -341,6 +345,34 @@ def test_every_ranking_variant_returns_valid_results(embedder: Embedder) -> None
         assert all(0.0 <= h.score <= 1.0 for h in hits)
         assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
         assert "weather__get_forecast" in [h.name for h in hits], config
+
+
+def test_the_model_reads_the_compact_request_and_bm25_the_request_as_written(embedder: Embedder) -> None:
+    counting = CountingEmbedder(embedder)
+    request = "Please save the forecast to /root/notes/paris.md"
+    compact = Router(counting)
+    compact.update(CATALOG)
+    compact.search(request, k=3)
+    assert counting.queries == ["save forecast file md"]
+    raw = Router(counting, config=RouterConfig(query_text="raw"))
+    raw.update(CATALOG)
+    raw.search(request, k=3)
+    assert counting.queries[-1] == request
+    # BM25 reads the path's words: a tool named after them matches only lexically
+    notes = record("notes", "paris_notes", "Keep notes about trips")
+    lexical = Router(None)
+    lexical.update([*CATALOG, notes])
+    assert lexical.search(request, k=1)[0].name == "notes__paris_notes"
+
+
+def test_full_document_vectors_embed_each_tools_full_text_too(embedder: Embedder) -> None:
+    counting = CountingEmbedder(embedder)
+    router = Router(counting, config=RouterConfig(full_document_weight=0.5))
+    router.update(CATALOG)
+    # each distinct text once (a tool without parameters or server text has one text)
+    expected = {dense_document(r) for r in CATALOG} | {tool_document(r) for r in CATALOG}
+    assert len(counting.documents) == len(expected) > len(CATALOG) and set(counting.documents) == expected
+    assert router.search("weather forecast for tomorrow", k=1)[0].name == "weather__get_forecast"
 
 
 def test_multi_step_requests_are_split_into_steps() -> None:

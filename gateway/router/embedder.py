@@ -13,6 +13,10 @@ Three ways to get a model, chosen by `EmbeddingSettings`:
 - `model` alone: a fastembed model by name, which fastembed downloads from its model hub
   into `<data_dir>/models/fastembed/` on first use.
 
+For the bundled model's layout (mean pooling), queries and batches run fastembed's own
+ONNX session and tokenizer directly (`gateway.router.pooling`), which is what cuts a
+query at `max_query_tokens` without cutting documents.
+
 Whatever goes wrong while loading (a missing package, a checksum mismatch, an unimportable
 onnxruntime, a bad path, an unreachable hub) is logged as one warning naming the cause and
 the remedy, and `load_embedder` returns None: the router then runs on BM25 alone.
