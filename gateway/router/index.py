@@ -8,15 +8,17 @@ a millisecond, so no approximate index is needed at the sizes a gateway sees.
 
 Ranking (the default, `RouterConfig()`): a weighted sum of two scores in 0..1,
 
-    score = 0.5 * max(0, cosine(query, tool)) + 0.5 * BM25(query, tool) / BM25_max(query)
+    score = 0.5 * max(0, cosine(compact_query(query), tool)) + 0.5 * BM25(query, tool) / BM25_max(query)
 
 where `BM25_max` bounds what a tool containing every query term could score, so the BM25
 part is "how much of the request the tool's text covers". Both parts are absolute, not
 normalized per query, so a score means the same thing from one query to the next and a
 threshold is meaningful; and when the request's wording shares nothing with a tool's
-text, BM25 adds nothing and the ranking is the embedding's. The alternatives measured
-(reciprocal rank fusion, either signal alone, server-level boosts, splitting a request
-into steps) are selectable with `RouterConfig`; docs/benchmarks.md has the figures.
+text, BM25 adds nothing and the ranking is the embedding's. The model reads
+`compact_query(query)` (paths as their kind, no stopwords: shorter, so faster, and as
+good), BM25 the request as written. The alternatives measured (reciprocal rank fusion,
+either signal alone, server-level boosts, splitting a request into steps, a second
+vector per tool of its full document) are selectable with `RouterConfig`; docs/benchmarks.md has the figures.
 
 Each update builds a new immutable snapshot and swaps it in with one assignment, so
 searches may run on another thread while an update is in progress.
@@ -71,11 +73,11 @@ class RouterConfig:
     """> 0: embed each tool's full `tool_document` too (parameters, server description) and
     use `(1 - w) * cosine(short text) + w * cosine(full text)` as its cosine. Off by
     default: +0.03 recall@5 on LiveMCPBench, but the full text is about four times as long
-    as the short one, so a cold build costs about four times as much (docs/benchmarks.md)."""
+    as the short one and a cold build cost six to ten times as much (docs/benchmarks.md)."""
     query_text: Literal["compact", "raw"] = "compact"
     """What the embedding model reads of a request: `compact_query(request)` (paths and URLs
-    as their kind, no stopwords: as good and shorter, hence faster), or the request as is.
-    BM25 always reads the request as is."""
+    as their kind, no stopwords: recall within noise, 40% fewer word pieces, hence faster),
+    or the request as is. BM25 always reads the request as is."""
     k1: float = 1.2
     b: float = 0.75
 
