@@ -28,6 +28,7 @@ __all__ = [
     "gateway_after_call",
     "gateway_before_call",
     "gateway_embedder",
+    "gateway_enrich_tool",
     "gateway_register_servers",
     "gateway_translate_error",
     "hookimpl",
@@ -82,6 +83,19 @@ def gateway_embedder(settings: Settings) -> Embedder | None:
     others. The object must satisfy `gateway.router.base.Embedder`: `model_id`, `dim`,
     `embed_documents(texts)` and `embed_query(text)`, returning L2-normalized float32
     numpy arrays. It is called from a worker thread.
+    """
+
+
+@hookspec
+def gateway_enrich_tool(tool: types.Tool, server_id: str) -> str | Sequence[str] | None:
+    """Add text the router indexes for one tool: synonyms, the tasks it serves, a translation.
+
+    Called for every tool whenever the router (re)indexes the catalog; `tool` is the tool
+    as exposed (`prefix__name`), `server_id` its server. Every plugin's text is appended to
+    the tool's documents, in plugin order (a budget caps it: about 300 characters for
+    keyword search, 20 word pieces for the embedding). Return None to add nothing. It runs
+    in the router's indexing, so keep it fast and free of I/O; an exception is logged and
+    ignored.
     """
 
 

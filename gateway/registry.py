@@ -220,6 +220,8 @@ class Registry:
             )
             for s in specs
         }
+        self.plugins = plugins
+        """The plugin manager, for hooks other parts call (e.g. the router's `gateway_enrich_tool`)."""
         resilience = settings.resilience
         self.breakers = CircuitBreakers(resilience.breaker_failures, resilience.breaker_reset_seconds)
         self.call_chain: list[Middleware] = [

@@ -1,5 +1,6 @@
 """The plugins' call hooks: before (change arguments, answer instead), after (replace results),
-translate errors — through a real gateway, called by the SDK's client."""
+translate errors — through a real gateway, called by the SDK's client; and `gateway_enrich_tool`,
+the text plugins add to the router's documents."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from mcp import Client
 from gateway.errors import ERROR_META_KEY
 from gateway.plugins import get_plugin_manager
 from gateway.registry import Registry, specs_from_plugins
+from gateway.router.service import RouterService, build_router, records_from_registry
 from gateway.server import GatewayServer
-from gateway.settings import PluginSettings, Settings
+from gateway.settings import EmbeddingSettings, PluginSettings, Settings
 from tests.conftest import FIXTURE_PLUGINS
 
 pytestmark = pytest.mark.anyio
@@ -121,3 +123,41 @@ async def test_a_failing_hook_is_an_execution_error_naming_the_plugin(tmp_path: 
     assert result.is_error and result.meta is not None
     assert result.meta[ERROR_META_KEY]["code"] == "execution_error"
     assert _text(result) == "Plugin 'broken' failed in gateway_before_call: RuntimeError: the plugin has a bug"
+
+
+ENRICHER = """
+from gateway.hookspecs import hookimpl
+
+@hookimpl
+def gateway_enrich_tool(tool, server_id):
+    if tool.name == "mem__sleep":
+        return ["siesta nap doze", "snooze"]
+    if tool.name == "mem__add":
+        raise RuntimeError("a buggy enricher")
+    return None
+"""
+
+
+async def test_enrichment_from_a_plugin_is_indexed_and_a_failing_one_is_skipped(tmp_path: Path) -> None:
+    directory = tmp_path / "plugins"
+    shutil.copytree(FIXTURE_PLUGINS / "memdemo", directory / "memdemo")
+    (directory / "enricher").mkdir()
+    (directory / "enricher" / "__init__.py").write_text(textwrap.dedent(ENRICHER))
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        plugins=PluginSettings(directory=directory),
+        embedding=EmbeddingSettings(enabled=False),  # keyword search alone: the added words must match
+    )
+    pm, _ = get_plugin_manager(settings)
+    registry = Registry(specs_from_plugins(pm, settings), settings, plugins=pm)
+    with anyio.fail_after(30):
+        async with registry.running():
+            await registry.wait_settled(20)
+            records = {r.name: r for r in records_from_registry(registry)}
+            assert records["mem__sleep"].extra == ("siesta nap doze", "snooze")
+            assert records["mem__add"].extra == () and records["mem__echo"].extra == ()
+            router = RouterService(registry, settings, lambda: build_router(settings, pm))
+            registry.task_group.start_soon(router.run)
+            await router.complete.wait()
+            hits = await router.search("a short siesta", 3, 0.0)
+            assert hits[0].name == "mem__sleep"

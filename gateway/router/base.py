@@ -37,6 +37,8 @@ class ToolRecord:
     server_description: str = ""
     capabilities: tuple[str, ...] = ()
     """The server's free tags from the YAML `capabilities` key."""
+    extra: tuple[str, ...] = ()
+    """Text plugins add for the router (`gateway_enrich_tool`): synonyms, tasks, translations."""
 
 
 @dataclass(frozen=True)

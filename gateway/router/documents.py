@@ -45,6 +45,10 @@ PARAMETER_DESCRIPTION_CHARS = 60
 SERVER_CHARS = 300
 MAX_PARAMETERS = 12
 DENSE_DESCRIPTION_TOKENS = 30
+EXTRA_CHARS = 300
+"""Budget of the text plugins add (`gateway_enrich_tool`), in the BM25 document."""
+DENSE_EXTRA_TOKENS = 20
+"""Budget of that text in the embedded document."""
 """Word pieces of the description in the embedded text (see `dense_document`)."""
 
 
@@ -149,6 +153,8 @@ def tool_document(record: ToolRecord) -> str:
         server_parts.append(record.server_description)
     if server_parts:
         parts.append("Server: " + truncate(". ".join(p for p in server_parts if p), SERVER_CHARS))
+    if record.extra:
+        parts.append(truncate(". ".join(record.extra), EXTRA_CHARS))
     return ". ".join(p.rstrip(". ") for p in parts if p) + "."
 
 
@@ -167,4 +173,6 @@ def dense_document(record: ToolRecord) -> str:
     server_name = record.server_name or record.server_id
     if server_name:
         parts.append("Server: " + " ".join(split_identifier(server_name)))
+    if record.extra:
+        parts.append(truncate_tokens(". ".join(record.extra), DENSE_EXTRA_TOKENS))
     return ". ".join(p.rstrip(". ") for p in parts if p) + "."

@@ -20,12 +20,21 @@ from gateway.progress import TerminalProgress
 from gateway.router.base import Embedder, SearchHit, ToolRecord
 
 if TYPE_CHECKING:
+    import mcp_types as types
+
     from gateway.plugins import PluginManager
     from gateway.registry import Registry
     from gateway.router.index import Router
     from gateway.settings import Settings
 
-__all__ = ["RouterService", "RouterUnavailable", "build_router", "load_router_embedder", "records_from_registry"]
+__all__ = [
+    "RouterService",
+    "RouterUnavailable",
+    "build_router",
+    "enrichment",
+    "load_router_embedder",
+    "records_from_registry",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -74,9 +83,35 @@ def records_from_registry(registry: Registry) -> list[ToolRecord]:
                 server_name=spec.display_name,
                 server_description=spec.description or (info.description if info and info.description else ""),
                 capabilities=spec.capabilities,
+                extra=enrichment(registry.plugins, entry.item, entry.server_id),
             )
         )
     return records
+
+
+def enrichment(pm: PluginManager | None, tool: types.Tool, server_id: str) -> tuple[str, ...]:
+    """What every plugin's `gateway_enrich_tool` adds for one tool, in plugin order.
+
+    A plugin that fails or returns something other than text is logged and skipped: a bad
+    enrichment must not stop the router from indexing.
+    """
+    if pm is None:
+        return ()
+    texts: list[str] = []
+    for impl in pm.hook.gateway_enrich_tool.get_hookimpls():
+        try:
+            found = impl.function(**{name: {"tool": tool, "server_id": server_id}[name] for name in impl.argnames})
+        except Exception:  # boundary: one plugin's bug must not stop indexing
+            logger.exception("plugin %r failed in gateway_enrich_tool for %r", impl.plugin_name, tool.name)
+            continue
+        if found is None:
+            continue
+        values = [found] if isinstance(found, str) else found
+        if not isinstance(values, list | tuple) or not all(isinstance(value, str) for value in values):
+            logger.warning("plugin %r returned non-text from gateway_enrich_tool; ignored", impl.plugin_name)
+            continue
+        texts += [value.strip() for value in values if value.strip()]
+    return tuple(texts)
 
 
 class RouterService:
