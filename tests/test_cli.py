@@ -174,3 +174,21 @@ def test_a_claude_desktop_config_file_is_accepted_as_it_is(tmp_path: Path) -> No
     result = run_cli("--config", str(config), "tools", "--server", "demo", tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "demo__echo" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("run a SQL query on the shop database", "sql__execute_sql"),
+        ("find the GitHub API endpoint that lists a repository's issues", "openapi__search_api"),
+        ("what time is it in Tokyo", "clock__now"),
+    ],
+)
+def test_the_router_ranks_the_built_in_plugins_tools_on_the_example_config(
+    tmp_path: Path, query: str, expected: str
+) -> None:
+    result = run_cli(
+        "--config", str(REPO / "external-mcps.yaml"), "search", query, "--k", "3", "--json", tmp_path=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    assert expected in [hit["name"] for hit in json.loads(result.stdout)]
