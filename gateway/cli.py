@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import anyio
 import mcp_types as types
 
+from gateway.auth import MIN_KEY_LENGTH, Authenticator, hash_key, new_key
 from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.errors import GatewayError, error_result
 from gateway.http import bind_socket, serve_http
@@ -30,6 +31,7 @@ from gateway.registry import (
     specs_from_plugins,
 )
 from gateway.router.service import RouterService, build_router, load_router_embedder
+from gateway.security_config import AuthConfig
 from gateway.server import GatewayServer, serve_stdio
 from gateway.settings import Settings
 from gateway.upstream import Upstream
@@ -38,6 +40,7 @@ __all__ = ["main"]
 
 logger = logging.getLogger("gateway")
 
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 T = TypeVar("T")
@@ -60,6 +63,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="HTTP bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="HTTP port (default 8765; 0 picks a free one)")
     serve.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="serve HTTP on a non-loopback address with no authentication (anyone who can reach it may use it)",
+    )
+    serve.add_argument(
         "--mode", choices=["all", "search", "dynamic"], help="tool exposure (default: $GATEWAY_ROUTING__MODE or all)"
     )
 
@@ -74,6 +82,10 @@ def _parser() -> argparse.ArgumentParser:
     tools = commands.add_parser("tools", help="list the merged tools")
     tools.add_argument("--server", help="only this server's tools")
     tools.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+    keys = commands.add_parser("keys", help="make API keys for `auth.api_keys` and hash existing ones")
+    keys.add_argument("action", choices=["new", "hash"], help="new: a fresh key and its hash; hash: hash a key")
+    keys.add_argument("key", nargs="?", help="hash: the key (default: read one line from stdin)")
 
     search = commands.add_parser("search", help="rank the live catalog's tools for a request")
     search.add_argument("query", help="the request, in plain words")
@@ -316,6 +328,40 @@ def _plugins(infos: list[PluginInfo], as_json: bool) -> int:
     return EXIT_OK
 
 
+def _keys(action: str, key: str | None) -> int:
+    """`keys new` prints a fresh key and its hash; `keys hash` hashes a key (argument or stdin)."""
+    if action == "new":
+        key = new_key()
+        print(f"key:  {key}\nhash: {hash_key(key)}")
+        print("Give the key to its holder; put only the hash in auth.api_keys.", file=sys.stderr)
+        return EXIT_OK
+    key = (key if key is not None else sys.stdin.readline()).strip()
+    if not key:
+        raise _Usage("keys hash needs a key (as an argument or one line on stdin)")
+    if len(key) < MIN_KEY_LENGTH:
+        print(f"warning: a key under {MIN_KEY_LENGTH} characters can be guessed; use `keys new`", file=sys.stderr)
+    print(hash_key(key))
+    return EXIT_OK
+
+
+def check_exposure(host: str, auth: AuthConfig, *, insecure: bool) -> None:
+    """Refuse to serve a non-loopback address without authentication, unless told to (and then shout)."""
+    if auth.enabled or host in _LOOPBACK:
+        return
+    if not insecure:
+        raise _Usage(
+            f"refusing to serve HTTP on {host} without authentication: anyone who can reach it could use every "
+            "server behind the gateway. Configure auth.api_keys or auth.jwt (see docs/security.md), "
+            "or pass --insecure-no-auth if something in front of the gateway authenticates callers."
+        )
+    banner = (
+        f"WARNING: serving on {host} with NO AUTHENTICATION (--insecure-no-auth): "
+        "anyone who can reach it can use every tool"
+    )
+    print("!" * 20 + f"\n{banner}\n" + "!" * 20, file=sys.stderr, flush=True)
+    logger.warning(banner)
+
+
 async def _exit_on_signal(stop: anyio.Event) -> None:
     """SIGINT or SIGTERM ends serving gracefully: upstreams are closed and stdio children reaped."""
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -325,7 +371,9 @@ async def _exit_on_signal(stop: anyio.Event) -> None:
             return
 
 
-async def _serve(registry: Registry, settings: Settings, transport: str, pm: PluginManager) -> int:
+async def _serve(
+    registry: Registry, settings: Settings, transport: str, pm: PluginManager, config: GatewayConfig
+) -> int:
     # Bind first: a busy port is reported before any server is started.
     sock = bind_socket(settings.http.host, settings.http.port) if transport == "http" else None
     stop = anyio.Event()
@@ -339,7 +387,7 @@ async def _serve(registry: Registry, settings: Settings, transport: str, pm: Plu
         async with registry.running():
             router = RouterService(registry, settings, lambda: build_router(settings, pm))
             registry.task_group.start_soon(router.run, name="router")
-            gateway = GatewayServer(registry, settings, router)
+            gateway = GatewayServer(registry, settings, router, auth=config.auth, security=config.security)
             if sock is None:
                 await serve_stdio(gateway, stop=stop)
             else:
@@ -374,7 +422,9 @@ def run(argv: Sequence[str] | None = None) -> int:
             return _eval(settings, args.catalog, args.queries, args.k, args.json)
         if args.command == "new-plugin":
             return _new_plugin(settings, args.name, args.tests)
-        _config, registry, pm = _load(settings, serving=args.command == "serve")
+        if args.command == "keys":
+            return _keys(args.action, args.key)
+        config, registry, pm = _load(settings, serving=args.command == "serve")
         if args.command in ("check", "servers"):
             return anyio.run(_check, registry, args.json, args.command == "servers")
         if args.command == "tools":
@@ -383,8 +433,14 @@ def run(argv: Sequence[str] | None = None) -> int:
             return anyio.run(_call, registry, args.tool, args.args, args.json)
         if args.command == "search":
             return anyio.run(_search, registry, pm, args.query, args.k, args.json)
-        return anyio.run(_serve, registry, settings, args.transport, pm)
+        if args.transport == "http":
+            check_exposure(settings.http.host, config.auth, insecure=args.insecure_no_auth)
+            Authenticator(config.auth)  # a broken JWKS file is a config error now, not at the first request
+        return anyio.run(_serve, registry, settings, args.transport, pm, config)
     except ConfigError as exc:
+        print(f"mcp-gateway: config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except ValueError as exc:  # a JWKS file that cannot be read
         print(f"mcp-gateway: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except (RegistrationError, _Usage) as exc:

@@ -15,7 +15,7 @@ import math
 import os
 import re
 import shlex
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
@@ -31,6 +31,8 @@ from pydantic import (
     model_validator,
 )
 
+from gateway.security_config import AuthConfig, SecurityConfig
+
 __all__ = [
     "DEFAULT_CONFIG_NAME",
     "TOP_LEVEL_KEYS",
@@ -45,7 +47,7 @@ __all__ = [
 
 DEFAULT_CONFIG_NAME = "external-mcps.yaml"
 
-TOP_LEVEL_KEYS = ("mcps", "mcpServers", "servers", "inputs", "plugins")
+TOP_LEVEL_KEYS = ("mcps", "mcpServers", "servers", "inputs", "plugins", "auth", "security")
 """Every key allowed at the top of the file. Later sections (e.g. `routing`) add theirs here.
 `inputs` (VS Code's prompts for `${input:...}` values) is accepted and ignored."""
 
@@ -236,6 +238,8 @@ class GatewayConfig(BaseModel):
     path: Path
     servers: dict[str, ServerConfig] = Field(default_factory=dict)
     plugins: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    security: SecurityConfig = Field(default_factory=SecurityConfig)
     _lines: dict[KeyPath, int] = PrivateAttr(default_factory=dict)
     """Key path -> line in the file, kept so plugin settings validated later name their line."""
 
@@ -257,20 +261,25 @@ def validate_plugin_settings(config: GatewayConfig, name: str, model: type[M]) -
     A problem is one `ConfigError` naming the file, the line and the key
     (`external-mcps.yaml:14: plugins.openapi.specs[0].url: Field required`).
     """
-    raw = config.plugins.get(name, {})
+    return _validate_section(model, config.plugins.get(name, {}), ("plugins", name), config.path, config.line_of)
+
+
+def _validate_section(
+    model: type[M], raw: Any, base: KeyPath, path: Path, line_of: Callable[[KeyPath], int | None]
+) -> M:
+    """Validate one YAML section against `model`; the first problem is a ConfigError at its line."""
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
-        key_path: KeyPath = ("plugins", name, *(part for part in first["loc"] if isinstance(part, str | int)))
-        message = first["msg"]
+        key_path: KeyPath = (*base, *(part for part in first["loc"] if isinstance(part, str | int)))
+        message = first["msg"].removeprefix("Value error, ")
         if first["type"] == "extra_forbidden":
-            known = [key for key in model.model_fields if key not in raw]
-            close = difflib.get_close_matches(str(key_path[-1]), known, n=1)
+            close = difflib.get_close_matches(str(key_path[-1]), list(model.model_fields), n=1)
             message = f"unknown setting{f' (did you mean {close[0]!r}?)' if close else ''}"
         if len(exc.errors()) > 1:
             message += f" (and {len(exc.errors()) - 1} more)"
-        raise ConfigError(config.path, message, config.line_of(key_path), _format_key(key_path)) from None
+        raise ConfigError(path, message, line_of(key_path), _format_key(key_path)) from None
 
 
 def load_config(path: Path, environ: Mapping[str, str] | None = None) -> GatewayConfig:
@@ -356,9 +365,16 @@ class _Parser:
             )
             for name, value in self._mapping(data.get("plugins"), ("plugins",), "plugin name to settings").items()
         }
-        config = GatewayConfig(path=self.path, servers=servers, plugins=plugins)
+        auth = self._section("auth", data, AuthConfig)
+        security = self._section("security", data, SecurityConfig)
+        config = GatewayConfig(path=self.path, servers=servers, plugins=plugins, auth=auth, security=security)
         config._lines.update({key: line for key, line in self.lines.items() if key[:1] == ("plugins",)})
         return config
+
+    def _section(self, key: str, data: dict[str, Any], model: type[M]) -> M:
+        """A top-level section (`auth:`, `security:`) validated, `${VAR}` expanded (e.g. key hashes)."""
+        raw = self._interpolate(data.get(key) or {}, (key,), False)
+        return _validate_section(model, raw, (key,), self.path, self.line)
 
     def _yaml_error(self, exc: yaml.MarkedYAMLError) -> ConfigError:
         """PyYAML's problem and context, on the problem's (1-based) line."""
@@ -483,7 +499,8 @@ class _Parser:
         for name in secrets:
             if fold(name) in {fold(key) for key in getattr(server, plain)}:
                 message = f"{name} is also set in `{plain}`; set it in one place"
-                raise self.error((*base, "credentials", f"{name}_env"), message)
+                key = next(k for k in raw["credentials"] if k.rpartition("_")[0] == name)
+                raise self.error((*base, "credentials", key), message)
         server._masked = masked
         return server
 
@@ -528,18 +545,28 @@ class _Parser:
         raise self.error(key_path, message)
 
     def _credentials(self, raw: Any, key_path: KeyPath) -> dict[str, str]:
-        """`NAME_env: VAR` -> {NAME: $VAR}: env vars for stdio servers, headers for http/sse ones."""
+        """`NAME_env: VAR` -> {NAME: $VAR}, `NAME_file: PATH` -> {NAME: the file's text, stripped}:
+        env vars for stdio servers, headers for http/sse ones. Relative paths start at the config's folder."""
         secrets: dict[str, str] = {}
-        for key, var in self._mapping(raw, key_path, "`NAME_env: ENV_VAR` entries").items():
+        for key, source in self._mapping(raw, key_path, "`NAME_env: ENV_VAR` / `NAME_file: PATH` entries").items():
             at = (*key_path, key)
-            if not key.endswith("_env") or key == "_env":
-                raise self.error(at, "credential keys must be NAME_env (NAME is the env var or header to set)")
-            if not isinstance(var, str) or not var:
-                raise self.error(at, "must name an environment variable")
-            if var not in self.environ:
-                raise self.error(at, f"environment variable {var} is not set")
-            secrets[key.removesuffix("_env")] = self.environ[var]
+            name, _, kind = key.rpartition("_")
+            if kind not in ("env", "file") or not name:
+                raise self.error(at, "credential keys must be NAME_env or NAME_file (NAME is the env var or header)")
+            if not isinstance(source, str) or not source:
+                raise self.error(at, "must name an environment variable" if kind == "env" else "must be a file path")
+            if kind == "env" and source not in self.environ:
+                raise self.error(at, f"environment variable {source} is not set")
+            secrets[name] = self.environ[source] if kind == "env" else self._secret_file(source, at)
         return secrets
+
+    def _secret_file(self, source: str, at: KeyPath) -> str:
+        path = (self.path.parent / Path(source).expanduser()).resolve()
+        try:
+            return path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not readable UTF-8 text"
+            raise self.error(at, f"cannot read the credential file {path}: {reason}") from None
 
     def _interpolate(self, value: Any, key_path: KeyPath, mask: bool) -> Any:
         """Expand `${VAR}` / `${VAR:-default}` in string values (never keys); `mask` shows `***` instead."""

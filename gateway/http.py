@@ -16,14 +16,16 @@ from collections.abc import Callable, Iterator
 import anyio
 import uvicorn
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from gateway.auth import Authenticator
 from gateway.errors import GatewayError
 from gateway.exposure import openai_function
 from gateway.health import is_ready, server_health
+from gateway.http_guard import SecurityMiddleware, principal_in
+from gateway.scopes import visible
 from gateway.server import GatewayServer
 from gateway.settings import Settings
 
@@ -54,14 +56,19 @@ async def route_endpoint(gateway: GatewayServer, request: Request) -> Response:
         return _bad_request("`query` must be a non-empty string.")
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 50:
         return _bad_request(f"`k` must be an integer from 1 to 50; got {k!r}.")
+    principal = principal_in(request)
     try:
-        hits = await gateway.search(query.strip(), k)
+        hits = await gateway.search(query.strip(), k, principal)
     except GatewayError as exc:
         return JSONResponse({"error": exc.message}, status_code=503)
     catalog = gateway.registry.catalog.tools
     ranked = [(hit.record.tool, round(hit.score, 4), False) for hit in hits]
     seen = {hit.name for hit in hits}
-    pinned = [(catalog[n].item, None, True) for n in gateway.settings.routing.pinned if n in catalog and n not in seen]
+    pinned = [
+        (catalog[n].item, None, True)
+        for n in gateway.settings.routing.pinned
+        if n in catalog and n not in seen and visible(principal, catalog[n])
+    ]
     tools = [
         {**tool.model_dump(by_alias=True, mode="json", exclude_none=True), "score": score, "pinned": is_pinned}
         for tool, score, is_pinned in ranked + pinned
@@ -85,10 +92,12 @@ def transport_security(settings: Settings) -> TransportSecuritySettings:
     return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
 
 
-def build_http_app(gateway: GatewayServer, settings: Settings) -> Starlette:
-    """The MCP endpoint plus `POST /route` for host apps, behind the same Host/Origin checks."""
+def build_http_app(gateway: GatewayServer, settings: Settings) -> SecurityMiddleware:
+    """The MCP endpoint plus `POST /route` for host apps, behind `gateway.http_guard` (Host/Origin,
+    authentication, rate limits, body size)."""
     security = transport_security(settings)
     guard = TransportSecurityMiddleware(security)
+    max_body = gateway.security.limits.max_request_bytes
 
     async def route(request: Request) -> Response:
         refused = await guard.validate_request(request, is_post=True)
@@ -99,20 +108,34 @@ def build_http_app(gateway: GatewayServer, settings: Settings) -> Starlette:
 
     async def readyz(request: Request) -> Response:
         ready = is_ready(gateway.registry)
+        status = 200 if ready else 503
+        if gateway.auth.enabled and principal_in(request) is None:  # server names are for callers only
+            return JSONResponse({"ready": ready}, status_code=status)
         servers = [server_health(u, gateway.registry) for u in gateway.registry.upstreams.values()]
-        return JSONResponse({"ready": ready, "servers": servers}, status_code=200 if ready else 503)
+        return JSONResponse({"ready": ready, "servers": servers}, status_code=status)
 
-    # The health routes skip the Host check: load balancers probe by IP address.
-    return gateway.server.streamable_http_app(
+    # The health routes skip the Host check and authentication (`http_guard.PUBLIC_PATHS`):
+    # load balancers probe by IP address, without credentials.
+    app = gateway.server.streamable_http_app(
         streamable_http_path=settings.http.path,
         stateless_http=settings.http.stateless,
         transport_security=security,
         host=settings.http.host,
+        max_request_body_size=max_body,
         custom_starlette_routes=[
             Route("/route", route, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
         ],
+    )
+    authenticator = Authenticator(gateway.auth) if gateway.auth.enabled else None
+    return SecurityMiddleware(
+        app,
+        guard=guard,
+        auth=gateway.auth,
+        endpoint_path=settings.http.path,
+        max_body=max_body,
+        authenticator=authenticator,
     )
 
 

@@ -17,7 +17,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import mcp_types as types
@@ -51,12 +51,19 @@ from gateway.exposure import (
     parse_search_arguments,
     tool_payload,
 )
+from gateway.http_guard import principal_in
+from gateway.limits import cap_result, check_arguments, check_session_calls
 from gateway.registry import ChangeKind, Registry
 from gateway.relay import Exchange, ExchangeTable, connection_of
 from gateway.router.base import SearchHit
 from gateway.router.service import RouterService
+from gateway.scopes import server_visible, tool_not_found, visible, visible_names
+from gateway.security_config import AuthConfig, SecurityConfig
 from gateway.settings import Settings
 from gateway.upstream import Upstream, cancel_when, gateway_version
+
+if TYPE_CHECKING:
+    from gateway.auth import Principal
 
 __all__ = ["GatewayServer", "serve_stdio"]
 
@@ -140,10 +147,21 @@ class _GatewayLowLevelServer(Server[Any]):
 class GatewayServer:
     """The gateway's MCP server, wired to a running `Registry`."""
 
-    def __init__(self, registry: Registry, settings: Settings, router: RouterService | None = None) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        settings: Settings,
+        router: RouterService | None = None,
+        *,
+        auth: AuthConfig | None = None,
+        security: SecurityConfig | None = None,
+    ) -> None:
         self.registry = registry
         self.settings = settings
         self.router = router
+        self.auth = auth or AuthConfig()
+        self.security = security or SecurityConfig()
+        self._session_calls: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self._session_tools: weakref.WeakKeyDictionary[Any, SessionTools] = weakref.WeakKeyDictionary()
         self.bus = InMemorySubscriptionBus()
         self.exchanges = ExchangeTable()
@@ -291,7 +309,8 @@ class GatewayServer:
 
     def _visible_tools(self, ctx: ServerRequestContext[Any, Any]) -> list[types.Tool]:
         """What `tools/list` shows this client, by exposure mode (see `gateway.exposure`)."""
-        catalog = self.registry.catalog.tools
+        principal = principal_in(ctx.request)
+        catalog = {n: e for n, e in self.registry.catalog.tools.items() if visible(principal, e)}
         mode = mode_for(ctx.request, self.settings.routing.mode)
         if mode == "all":
             return [e.item for e in catalog.values()]
@@ -308,17 +327,39 @@ class GatewayServer:
             if params.name in GATEWAY_TOOL_NAMES and params.name not in self.registry.catalog.tools:
                 return await self._gateway_tool(ctx, params)
             await self._owner_settled(params.name)
+            self._check_call(ctx, params)
             upstream, _entry = self.registry.tool(params.name)
 
             async def send(progress: Any) -> Any:
                 result = await self.registry.call_tool(
                     params.name, params.arguments, progress=progress, meta=_forwarded_meta(ctx)
                 )
-                return _expose_result_uris(result, upstream.spec.prefix)
+                return cap_result(_expose_result_uris(result, upstream.spec.prefix), self.security.limits)
 
             return await self._interactive(ctx, params, upstream, send)
         except GatewayError as exc:
             return error_result(exc)
+
+    def _check_call(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> None:
+        """Scope, session call count and argument size, before the call goes upstream (`gateway.scopes`,
+        `gateway.limits`)."""
+        principal = principal_in(ctx.request)
+        tools = self.registry.catalog.tools
+        entry = tools.get(params.name)
+        owner = self.registry.owner_of(params.name)
+        if entry is not None:
+            hidden = not visible(principal, entry)
+        elif owner is not None:
+            hidden = not server_visible(principal, owner.id)
+        else:
+            hidden = True  # unknown: the same error, with hints from what this caller may see
+        if hidden:
+            raise tool_not_found(params.name, visible_names(principal, tools))
+        connection = connection_of(ctx)
+        if connection is not None:
+            made = self._session_calls[connection] = self._session_calls.get(connection, 0) + 1
+            check_session_calls(made, self.security.limits)
+        check_arguments(params.arguments, self.security.limits)
 
     async def _gateway_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
@@ -331,7 +372,7 @@ class GatewayServer:
             query, limit = parse_search_arguments(params.arguments, self.settings.routing.k)
         except ArgumentError as exc:
             return error_result(InvalidArguments(str(exc)))
-        hits = await self.search(query, limit)
+        hits = await self.search(query, limit, principal_in(ctx.request))
         if mode_for(ctx.request, self.settings.routing.mode) == "dynamic":
             await self._grow_session(ctx, [h.name for h in hits])
         payload = [tool_payload(hit) for hit in hits]
@@ -340,13 +381,21 @@ class GatewayServer:
             content=[types.TextContent(type="text", text=text)], structured_content={"tools": payload}
         )
 
-    async def search(self, query: str, limit: int) -> list[SearchHit]:
-        """Rank the catalog for a query, and log it as one line (no query text: it may be private)."""
+    async def search(self, query: str, limit: int, principal: Principal | None = None) -> list[SearchHit]:
+        """Rank the catalog for a query, and log it as one line (no query text: it may be private).
+
+        Only what `principal` may see is ranked: the router is asked for as many more
+        results as there are hidden tools, and the hidden ones are dropped.
+        """
         if self.router is None:
             raise GatewayError("Tool search is not available on this gateway.")
         started = time.perf_counter()
+        tools = self.registry.catalog.tools
+        hidden = len(tools) - len(visible_names(principal, tools))
         try:
-            hits = await self.router.search(query, limit, self.settings.routing.threshold)
+            hits = await self.router.search(query, limit + hidden, self.settings.routing.threshold)
+            if hidden:
+                hits = [h for h in hits if h.name in tools and visible(principal, tools[h.name])][:limit]
         except TimeoutError:
             raise GatewayError(
                 f"Tool search took longer than {self.settings.routing.search_timeout:g} s; try again."
@@ -376,9 +425,9 @@ class GatewayServer:
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListPromptsResult:
         await self._settled()
-        prompts, cursor = _page(
-            [e.item for e in self.registry.catalog.prompts.values()], params, self.settings.page_size
-        )
+        principal = principal_in(ctx.request)
+        items = [e.item for e in self.registry.catalog.prompts.values() if visible(principal, e)]
+        prompts, cursor = _page(items, params, self.settings.page_size)
         return types.ListPromptsResult(prompts=prompts, next_cursor=cursor)
 
     async def _get_prompt(
@@ -386,7 +435,7 @@ class GatewayServer:
     ) -> types.GetPromptResult | types.InputRequiredResult:
         await self._owner_settled(params.name)
         found = self.registry.prompt(params.name)
-        if found is None:
+        if found is None or not server_visible(principal_in(ctx.request), found[0].id):
             raise MCPError(types.INVALID_PARAMS, f"Unknown prompt {params.name!r}.")
         upstream, original = found
 
@@ -409,7 +458,8 @@ class GatewayServer:
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
         await self._settled()
-        items = [e.item for e in self.registry.catalog.resources.values()]
+        principal = principal_in(ctx.request)
+        items = [e.item for e in self.registry.catalog.resources.values() if visible(principal, e)]
         resources, cursor = _page(items, params, self.settings.page_size)
         return types.ListResourcesResult(resources=resources, next_cursor=cursor)
 
@@ -417,13 +467,14 @@ class GatewayServer:
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourceTemplatesResult:
         await self._settled()
-        items = [e.item for e in self.registry.catalog.templates.values()]
+        principal = principal_in(ctx.request)
+        items = [e.item for e in self.registry.catalog.templates.values() if visible(principal, e)]
         templates, cursor = _page(items, params, self.settings.page_size)
         return types.ListResourceTemplatesResult(resource_templates=templates, next_cursor=cursor)
 
-    def _resource(self, uri: str) -> tuple[Upstream, str]:
+    def _resource(self, uri: str, ctx: ServerRequestContext[Any, Any]) -> tuple[Upstream, str]:
         found = self.registry.resource(uri)
-        if found is None:
+        if found is None or not server_visible(principal_in(ctx.request), found[0].id):
             raise MCPError(RESOURCE_NOT_FOUND, f"Unknown resource {uri!r}.", {"uri": uri})
         return found
 
@@ -431,7 +482,7 @@ class GatewayServer:
         self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult | types.InputRequiredResult:
         await self._settled()
-        upstream, original = self._resource(params.uri)
+        upstream, original = self._resource(params.uri, ctx)
 
         async def send(progress: Any) -> Any:
             result = await upstream.request(
@@ -446,7 +497,7 @@ class GatewayServer:
         self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams
     ) -> types.EmptyResult:
         await self._settled()
-        upstream, original = self._resource(params.uri)
+        upstream, original = self._resource(params.uri, ctx)
         await self._as_protocol_error(upstream.subscribe(original))
         connection = connection_of(ctx)
         if connection is not None:
@@ -456,7 +507,7 @@ class GatewayServer:
     async def _unsubscribe(
         self, ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams
     ) -> types.EmptyResult:
-        upstream, original = self._resource(params.uri)
+        upstream, original = self._resource(params.uri, ctx)
         subscribers = self._subscribers.get(params.uri)
         connection = connection_of(ctx)
         if subscribers is not None and connection is not None:
@@ -471,7 +522,9 @@ class GatewayServer:
     ) -> types.SubscriptionsListenResult:
         """Serve a 2026-07-28 listen stream; its resource subscriptions are taken upstream too."""
         await self._settled()
+        principal = principal_in(ctx.request)
         wanted = [(uri, self.registry.resource(uri)) for uri in params.notifications.resource_subscriptions or ()]
+        wanted = [(uri, found) for uri, found in wanted if found is None or server_visible(principal, found[0].id)]
         for _uri, found in wanted:
             if found is not None:
                 await self._as_protocol_error(found[0].subscribe(found[1]))
@@ -486,7 +539,7 @@ class GatewayServer:
         ref = params.ref
         if isinstance(ref, types.PromptReference):
             found = self.registry.prompt(ref.name)
-            if found is None:
+            if found is None or not server_visible(principal_in(ctx.request), found[0].id):
                 raise MCPError(types.INVALID_PARAMS, f"Unknown prompt {ref.name!r}.")
             upstream, original = found
             upstream_ref: types.PromptReference | types.ResourceTemplateReference = ref.model_copy(
@@ -494,7 +547,7 @@ class GatewayServer:
             )
         else:
             found = self.registry.template(ref.uri)
-            if found is None:
+            if found is None or not server_visible(principal_in(ctx.request), found[0].id):
                 raise MCPError(types.INVALID_PARAMS, f"Unknown resource template {ref.uri!r}.")
             upstream, original = found
             upstream_ref = ref.model_copy(update={"uri": original})

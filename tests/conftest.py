@@ -47,16 +47,20 @@ async def call_plugin_tool(settings: Settings, tool: str, arguments: dict[str, A
                 return await client.call_tool(tool, arguments)
 
 
-def _drain(stream: IO[str]) -> None:
-    """Read a pipe to its end; the test closes it when it stops the child."""
+def _drain(stream: IO[str], copy: Path | None = None) -> None:
+    """Read a pipe to its end (into `copy` if given); the test closes it when it stops the child."""
     try:
-        for _ in stream:
-            pass
+        with open(copy or os.devnull, "a", encoding="utf-8") as sink:
+            for line in stream:
+                sink.write(line)
+                sink.flush()
     except (ValueError, OSError):
         pass
 
 
-def _read_line_with_prefix(stream: IO[str], prefix: str, timeout: float, process: subprocess.Popen[str]) -> str:
+def _read_line_with_prefix(
+    stream: IO[str], prefix: str, timeout: float, process: subprocess.Popen[str], copy: Path | None = None
+) -> str:
     """Read a child's pipe until a line starts with `prefix` (bounded), then keep draining it.
 
     Draining in a thread keeps a chatty child from blocking on a full pipe.
@@ -73,8 +77,11 @@ def _read_line_with_prefix(stream: IO[str], prefix: str, timeout: float, process
             if not line:
                 break
             seen.append(line)
+            if copy is not None:
+                with open(copy, "a", encoding="utf-8") as sink:
+                    sink.write(line)
             if line.startswith(prefix):
-                threading.Thread(target=_drain, args=(stream,), daemon=True).start()
+                threading.Thread(target=_drain, args=(stream, copy), daemon=True).start()
                 return line[len(prefix) :].strip()
     finally:
         selector.close()
@@ -84,8 +91,13 @@ def _read_line_with_prefix(stream: IO[str], prefix: str, timeout: float, process
 
 def start_demo_http(name: str = "web", transport: str = "http", port: int = 0) -> tuple[subprocess.Popen[str], str]:
     """Start the demo server over streamable HTTP (or SSE) on `port` (0: a free one); return it and its URL."""
+    return start_script_http([str(DEMO_SERVER), transport, "--name", name, "--port", str(port)], transport)
+
+
+def start_script_http(args: list[str], transport: str = "http") -> tuple[subprocess.Popen[str], str]:
+    """Start a test server script that prints `PORT=<n>` once listening on 127.0.0.1; return it and its URL."""
     process = subprocess.Popen(
-        [sys.executable, str(DEMO_SERVER), transport, "--name", name, "--port", str(port)],
+        [sys.executable, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -168,9 +180,12 @@ async def gateway_over_stdio(
 
 
 def start_gateway_http(
-    config: Path, tmp_path: Path, env: dict[str, str] | None = None
+    config: Path, tmp_path: Path, env: dict[str, str] | None = None, log: Path | None = None
 ) -> tuple[subprocess.Popen[str], str]:
-    """Start `python -m gateway serve --transport http` on a free port; return it and its URL."""
+    """Start `python -m gateway serve --transport http` on a free port; return it and its URL.
+
+    `log`: a file that receives everything the gateway writes on stderr (its log).
+    """
     process = subprocess.Popen(
         [sys.executable, "-m", "gateway", "--config", str(config), "serve", "--transport", "http", "--port", "0"],
         stdout=subprocess.DEVNULL,
@@ -179,7 +194,7 @@ def start_gateway_http(
         env=gateway_env(tmp_path) | (env or {}),
         cwd=REPO,
     )
-    return process, _read_line_with_prefix(process.stderr, "mcp-gateway: serving on ", 60, process)
+    return process, _read_line_with_prefix(process.stderr, "mcp-gateway: serving on ", 60, process, log)
 
 
 @asynccontextmanager

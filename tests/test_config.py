@@ -651,7 +651,8 @@ def test_an_unknown_top_level_key_suggests_the_close_one_even_when_empty() -> No
 def test_an_unknown_top_level_key_without_a_close_one_lists_the_known_keys() -> None:
     err = error_for("mcps: {}\nwhatever: 1\n")
     assert str(err) == (
-        "external-mcps.yaml:2: whatever: unknown key 'whatever'; known keys: mcps, mcpServers, servers, inputs, plugins"
+        "external-mcps.yaml:2: whatever: unknown key 'whatever'; "
+        "known keys: mcps, mcpServers, servers, inputs, plugins, auth, security"
     )
 
 

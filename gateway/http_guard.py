@@ -1,0 +1,173 @@
+"""The ASGI middleware in front of every HTTP route, in the order an attacker meets it.
+
+0. `/healthz` and `/readyz` are for load balancers: no Host check (they probe by IP
+   address) and no credentials needed; `/readyz` lists the servers only to a caller
+   whose credentials verify, when authentication is on.
+1. Host and Origin headers (DNS rebinding): a foreign one gets 403.
+2. `/.well-known/oauth-protected-resource[/<path>]`: the OAuth protected-resource
+   metadata (RFC 9728), public, as the MCP authorization spec asks.
+3. Authentication, when `auth:` configures keys or JWTs: no or a bad bearer token gets
+   401 with `WWW-Authenticate: Bearer resource_metadata="..."`.
+4. The caller's rate limit: 429 with `Retry-After` (whole seconds) and a JSON-RPC error
+   body, for any request, including a `tools/call` inside a session.
+5. The request body size: 413 above `security.limits.max_request_bytes`.
+
+The authenticated `Principal` rides in the ASGI scope (`PRINCIPAL_KEY`), where the
+MCP handlers find it through `ctx.request.scope`; `scope["user"]` is set too, so the
+SDK binds each streamable-HTTP session to the caller that created it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from typing import Any
+from urllib.parse import urlsplit
+
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from mcp.server.transport_security import RequestBodyLimitMiddleware, TransportSecurityMiddleware
+from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from gateway.auth import Authenticator, AuthError, Principal
+from gateway.ratelimit import RateLimiter
+from gateway.security_config import AuthConfig
+
+__all__ = ["METADATA_PATH", "PRINCIPAL_KEY", "PUBLIC_PATHS", "SecurityMiddleware", "principal_in"]
+
+logger = logging.getLogger(__name__)
+
+PRINCIPAL_KEY = "mcp_gateway.principal"
+METADATA_PATH = "/.well-known/oauth-protected-resource"
+PUBLIC_PATHS = ("/healthz", "/readyz")
+"""Health probes for load balancers: no Host check, no authentication, no rate limit."""
+RATE_LIMITED = -32029
+"""JSON-RPC error code of a rate-limited request (implementation-defined server range)."""
+
+
+def principal_in(request: Any) -> Principal | None:
+    """The caller of an HTTP request (None: stdio, in memory, or no authentication configured)."""
+    scope = getattr(request, "scope", None)
+    found = scope.get(PRINCIPAL_KEY) if isinstance(scope, dict) else None
+    return found if isinstance(found, Principal) else None
+
+
+class SecurityMiddleware:
+    """Host/Origin, metadata, authentication, rate limit and body size, before the app."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        guard: TransportSecurityMiddleware,
+        auth: AuthConfig,
+        endpoint_path: str,
+        max_body: int,
+        authenticator: Authenticator | None = None,
+    ) -> None:
+        self.app = RequestBodyLimitMiddleware(app, max_body)
+        self.guard = guard
+        self.auth = auth
+        self.endpoint_path = endpoint_path
+        self.authenticator = authenticator
+        self.limiter = RateLimiter()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        if scope["path"] in PUBLIC_PATHS:
+            await self._public(request, scope, receive, send)
+            return
+        refused = await self.guard.validate_request(request, is_post=False)
+        if refused is not None:
+            reason = bytes(refused.body).decode(errors="replace")
+            await _send_json(send, 403, {"error": f"{reason}: this host or origin is not allowed"})
+            return
+        if scope["path"].startswith(METADATA_PATH):
+            await self._metadata(request, send)
+            return
+        if self.authenticator is not None:
+            try:
+                principal = await self._authenticate(request)
+            except AuthError as exc:
+                logger.info("refused %s %s: %s", request.method, scope["path"], exc.reason)
+                await self._refuse(request, send, exc)
+                return
+            scope[PRINCIPAL_KEY] = principal
+            token = AccessToken(token="-", client_id=principal.name, scopes=[], claims={"iss": principal.issuer})
+            scope["user"] = AuthenticatedUser(token)
+            wait = self.limiter.check(principal.name, principal.rate_limit)
+            if wait:
+                logger.info("rate-limited %r for %d s", principal.name, wait)
+                message = f"Rate limit exceeded for {principal.name!r}: retry after {wait} s."
+                error = {"code": RATE_LIMITED, "message": message, "data": {"retryAfter": wait}}
+                body = {"jsonrpc": "2.0", "id": None, "error": error}
+                await _send_json(send, 429, body, [(b"retry-after", str(wait).encode())])
+                return
+        await self.app(scope, receive, send)
+
+    async def _public(self, request: Request, scope: Scope, receive: Receive, send: Send) -> None:
+        """Health probes: no Host check, no credentials needed (a valid one shows the details)."""
+        if self.authenticator is not None and request.headers.get("authorization"):
+            with contextlib.suppress(AuthError):
+                scope[PRINCIPAL_KEY] = await self._authenticate(request)
+        await self.app(scope, receive, send)
+
+    async def _authenticate(self, request: Request) -> Principal:
+        assert self.authenticator is not None
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if not header:
+            raise AuthError("authentication required: send Authorization: Bearer <API key or token>")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise AuthError("the Authorization header must be `Bearer <API key or token>`")
+        return await self.authenticator.authenticate(token.strip())
+
+    def _resource(self, request: Request) -> str:
+        if self.auth.resource_url:
+            return self.auth.resource_url
+        return f"{request.url.scheme}://{request.url.netloc}{self.endpoint_path}"
+
+    def _metadata_url(self, request: Request) -> str:
+        base = f"{request.url.scheme}://{request.url.netloc}"
+        if self.auth.resource_url:
+            parts = urlsplit(self.auth.resource_url)
+            base = f"{parts.scheme}://{parts.netloc}"
+        return f"{base}{METADATA_PATH}{self.endpoint_path}"
+
+    async def _metadata(self, request: Request, send: Send) -> None:
+        if request.method not in ("GET", "HEAD"):
+            await _send_json(send, 405, {"error": "use GET"}, [(b"allow", b"GET")])
+            return
+        document: dict[str, Any] = {
+            "resource": self._resource(request),
+            "bearer_methods_supported": ["header"],
+            "resource_name": "mcp-gateway",
+        }
+        if self.auth.jwt is not None:
+            document["authorization_servers"] = [self.auth.jwt.issuer]
+        await _send_json(send, 200, document)
+
+    async def _refuse(self, request: Request, send: Send, error: AuthError) -> None:
+        parts = [f'resource_metadata="{self._metadata_url(request)}"']
+        if error.status == 403:
+            parts.insert(0, 'error="insufficient_scope"')
+        elif request.headers.get("authorization"):
+            parts.insert(0, 'error="invalid_token"')
+        challenge = "Bearer " + ", ".join(parts)
+        code = "insufficient_scope" if error.status == 403 else "invalid_token"
+        body = {"error": code, "error_description": error.reason}
+        await _send_json(send, error.status, body, [(b"www-authenticate", challenge.encode())])
+
+
+async def _send_json(
+    send: Send, status: int, body: dict[str, Any], headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    payload = json.dumps(body).encode()
+    start_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": start_headers + (headers or [])})
+    await send({"type": "http.response.body", "body": payload})

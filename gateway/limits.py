@@ -1,0 +1,85 @@
+"""Size and count limits on tool calls: arguments in, results out, calls per session.
+
+Request bodies are limited at the HTTP layer (`gateway.http_guard`, 413). Here:
+arguments over `max_argument_bytes` (as compact JSON) are refused with
+`invalid_arguments` before any upstream sees them; a result over `max_result_bytes`
+is cut, text blocks first kept in order, and ends with a note saying how much was
+dropped; a connection that has made `max_calls_per_session` calls gets
+`rate_limited` results from then on.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import mcp_types as types
+
+from gateway.errors import GatewayError, InvalidArguments
+from gateway.security_config import LimitsConfig
+
+__all__ = ["SessionLimitReached", "cap_result", "check_arguments", "check_session_calls"]
+
+TRUNCATION_NOTE = "[mcp-gateway: result truncated from {size} to {limit} bytes (security.limits.max_result_bytes)]"
+
+
+class SessionLimitReached(GatewayError):
+    code = "rate_limited"
+
+
+def _size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str).encode("utf-8"))
+
+
+def check_arguments(arguments: dict[str, Any] | None, limits: LimitsConfig) -> None:
+    """Refuse arguments larger than the limit, naming both sizes."""
+    if arguments is None:
+        return
+    size = _size(arguments)
+    if size > limits.max_argument_bytes:
+        raise InvalidArguments(
+            f"The arguments are {size} bytes of JSON; the limit is {limits.max_argument_bytes} "
+            "(security.limits.max_argument_bytes). Send less data per call."
+        )
+
+
+def check_session_calls(made: int, limits: LimitsConfig) -> None:
+    """`made` counts this call too."""
+    if limits.max_calls_per_session is not None and made > limits.max_calls_per_session:
+        raise SessionLimitReached(
+            f"This session has made {limits.max_calls_per_session} tool calls, its limit "
+            "(security.limits.max_calls_per_session); open a new session to go on."
+        )
+
+
+def cap_result(result: Any, limits: LimitsConfig) -> Any:
+    """A result within `max_result_bytes`: blocks kept in order while they fit, text cut to fit, then a note."""
+    if not isinstance(result, types.CallToolResult):
+        return result
+    size = _size(result.model_dump(by_alias=True, mode="json", exclude_none=True))
+    if size <= limits.max_result_bytes:
+        return result
+    budget = limits.max_result_bytes - 200  # room for the note and the envelope
+    kept: list[types.ContentBlock] = []
+    for block in result.content:
+        block_size = _size(block.model_dump(by_alias=True, mode="json", exclude_none=True))
+        if block_size <= budget:
+            kept.append(block)
+            budget -= block_size
+        elif isinstance(block, types.TextContent) and budget > 64:
+            text = _cut(block.text, budget - 64)
+            while text and _size(text) > budget - 64:  # JSON escapes take room too
+                text = _cut(text, len(text.encode("utf-8")) * 9 // 10)
+            kept.append(block.model_copy(update={"text": text}))
+            budget = 0
+        else:
+            budget = 0
+        if budget <= 0:
+            break
+    note = types.TextContent(type="text", text=TRUNCATION_NOTE.format(size=size, limit=limits.max_result_bytes))
+    return result.model_copy(update={"content": [*kept, note], "structured_content": None})
+
+
+def _cut(text: str, max_bytes: int) -> str:
+    """`text` cut to at most `max_bytes` of UTF-8 (JSON escaping aside), never inside a character."""
+    return text.encode("utf-8")[: max(0, max_bytes)].decode("utf-8", "ignore")
