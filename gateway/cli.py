@@ -22,6 +22,7 @@ from gateway.auth import MIN_KEY_LENGTH, Authenticator, hash_key, new_key
 from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.errors import GatewayError, error_result
 from gateway.http import bind_socket, serve_http
+from gateway.integrity import IntegrityStore
 from gateway.plugins import PluginInfo, PluginManager, get_plugin_manager, plugin_directory
 from gateway.registry import (
     RegistrationError,
@@ -35,6 +36,7 @@ from gateway.security_config import AuthConfig
 from gateway.server import GatewayServer, serve_stdio
 from gateway.settings import Settings
 from gateway.upstream import Upstream
+from gateway.vetting import ToolVetter
 
 __all__ = ["main"]
 
@@ -79,7 +81,9 @@ def _parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=text)
         sub.add_argument("--json", action="store_true", help="print JSON for scripts")
 
-    tools = commands.add_parser("tools", help="list the merged tools")
+    tools = commands.add_parser("tools", help="list the merged tools, or approve a changed or quarantined one")
+    tools.add_argument("action", nargs="?", choices=["list", "approve"], default="list")
+    tools.add_argument("name", nargs="?", help="approve: the tool, as prefix__tool or server/tool")
     tools.add_argument("--server", help="only this server's tools")
     tools.add_argument("--json", action="store_true", help="print JSON for scripts")
 
@@ -135,13 +139,16 @@ def _configure_logging(settings: Settings) -> None:
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
-def _load(settings: Settings, *, serving: bool) -> tuple[GatewayConfig, Registry, PluginManager]:
+def _load(settings: Settings, *, serving: bool) -> tuple[GatewayConfig, Registry, PluginManager, ToolVetter]:
     config = load_config(settings.config)
     pm, infos = get_plugin_manager(settings)
     check_plugin_sections(config, [info.name for info in infos])
     specs = specs_from_plugins(pm, settings, config) + specs_from_config(config)
     # Only `serve` has a client to relay sampling, elicitation and roots requests to.
-    return config, Registry(specs, settings, relay_requests=serving, plugins=pm), pm
+    registry = Registry(specs, settings, relay_requests=serving, plugins=pm)
+    vetter = ToolVetter(IntegrityStore.in_dir(settings.data_dir), config.security)
+    registry.listing_filter = vetter.vet
+    return config, registry, pm, vetter
 
 
 async def _with_registry(registry: Registry, body: Callable[[Registry], Awaitable[T]]) -> T:
@@ -174,14 +181,16 @@ def _server_row(u: Upstream, registry: Registry) -> dict[str, Any]:
     }
 
 
-async def _check(registry: Registry, as_json: bool, detailed: bool) -> int:
+async def _check(registry: Registry, as_json: bool, detailed: bool, vetter: ToolVetter) -> int:
     async def body(reg: Registry) -> list[dict[str, Any]]:
         return [_server_row(u, reg) for u in reg.upstreams.values()]
 
     rows = await _with_registry(registry, body)
     failed = [r for r in rows if r["status"] not in ("ok", "disabled")]
+    reports = sorted(vetter.reports.values(), key=lambda r: r.exposed)
     if as_json:
-        print(json.dumps({"servers": rows, "ok": not failed}, indent=2))
+        findings = [{"tool": r.exposed, "server": r.server, "action": r.action, "findings": r.lines()} for r in reports]
+        print(json.dumps({"servers": rows, "ok": not failed, "tool_findings": findings}, indent=2))
     elif not rows:
         print("No servers configured.")
     else:
@@ -204,7 +213,29 @@ async def _check(registry: Registry, as_json: bool, detailed: bool) -> int:
         for r in rows:
             if r["status"] not in ("ok",) and r["reason"]:
                 print(f"  {r['server']}: {r['reason']}")
+        if reports:
+            print("\nTool findings (security.tool_changes / security.injection):")
+        for report in reports:
+            print(f"  {report.exposed} ({report.action}):")
+            for finding in report.lines():
+                print(f"    - {finding}")
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def _approve(settings: Settings, name: str | None) -> int:
+    """`tools approve NAME`: trust a tool's current definition (a change, or a quarantined description)."""
+    store = IntegrityStore.in_dir(settings.data_dir)
+    if not name:
+        pending = ", ".join(t.exposed for t in store.pending()) or "none"
+        raise _Usage(f"tools approve needs a tool name (prefix__tool or server/tool); changed tools: {pending}")
+    found = store.find(name)
+    if not found:
+        raise _Usage(f"no tool {name!r} has been seen; run `mcp-gateway check` first, or give server/tool")
+    for stored in found:
+        store.approve(stored)
+        print(f"approved {stored.exposed} (server {stored.server!r}, tool {stored.tool!r})")
+    print("A running gateway uses it from the server's next tool-list change, or its restart.", file=sys.stderr)
+    return EXIT_OK
 
 
 async def _tools(registry: Registry, server: str | None, as_json: bool) -> int:
@@ -372,7 +403,7 @@ async def _exit_on_signal(stop: anyio.Event) -> None:
 
 
 async def _serve(
-    registry: Registry, settings: Settings, transport: str, pm: PluginManager, config: GatewayConfig
+    registry: Registry, settings: Settings, transport: str, pm: PluginManager, config: GatewayConfig, vetter: ToolVetter
 ) -> int:
     # Bind first: a busy port is reported before any server is started.
     sock = bind_socket(settings.http.host, settings.http.port) if transport == "http" else None
@@ -387,6 +418,7 @@ async def _serve(
         async with registry.running():
             router = RouterService(registry, settings, lambda: build_router(settings, pm))
             registry.task_group.start_soon(router.run, name="router")
+            registry.task_group.start_soon(vetter.watch, registry.revet, name="approvals")
             gateway = GatewayServer(registry, settings, router, auth=config.auth, security=config.security)
             if sock is None:
                 await serve_stdio(gateway, stop=stop)
@@ -424,9 +456,11 @@ def run(argv: Sequence[str] | None = None) -> int:
             return _new_plugin(settings, args.name, args.tests)
         if args.command == "keys":
             return _keys(args.action, args.key)
-        config, registry, pm = _load(settings, serving=args.command == "serve")
+        if args.command == "tools" and args.action == "approve":
+            return _approve(settings, args.name)
+        config, registry, pm, vetter = _load(settings, serving=args.command == "serve")
         if args.command in ("check", "servers"):
-            return anyio.run(_check, registry, args.json, args.command == "servers")
+            return anyio.run(_check, registry, args.json, args.command == "servers", vetter)
         if args.command == "tools":
             return anyio.run(_tools, registry, args.server, args.json)
         if args.command == "call":
@@ -436,7 +470,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         if args.transport == "http":
             check_exposure(settings.http.host, config.auth, insecure=args.insecure_no_auth)
             Authenticator(config.auth)  # a broken JWKS file is a config error now, not at the first request
-        return anyio.run(_serve, registry, settings, args.transport, pm, config)
+        return anyio.run(_serve, registry, settings, args.transport, pm, config, vetter)
     except ConfigError as exc:
         print(f"mcp-gateway: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG

@@ -246,6 +246,8 @@ class Registry:
         self.change_listeners: list[ChangeListener] = []
         self.resource_listeners: list[ResourceListener] = []
         self.log_listeners: list[LogListener] = []
+        self.listing_filter: Callable[[Sequence[ServerListing]], list[ServerListing]] | None = None
+        """Vets listings before they enter the catalog (`gateway.vetting`); None: all pass."""
         self._task_group: anyio.abc.TaskGroup | None = None
 
     # ---- lifecycle ------------------------------------------------------------
@@ -314,8 +316,14 @@ class Registry:
 
     # ---- catalog --------------------------------------------------------------
 
+    async def revet(self) -> None:
+        """Rebuild the catalog from the current listings (after a tool approval changed what is vetted)."""
+        await self._rebuild()
+
     async def _rebuild(self) -> None:
         listings: list[ServerListing] = [u.listing for u in self.upstreams.values() if u.state in LISTED_STATES]
+        if self.listing_filter is not None:
+            listings = self.listing_filter(listings)
         old, new = self.catalog, build_catalog(listings)
         self._offline_tools = {
             name: entry

@@ -31,6 +31,14 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """In-process commands keep their data (tool fingerprints, embedding cache) out of the user's home."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GATEWAY_DATA_DIR", str(tmp_path_factory.mktemp("data")))
+        yield
+
+
 async def call_plugin_tool(settings: Settings, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
     """Load the plugins `settings` point at, serve them in process, call one tool with the SDK client."""
     from gateway.plugins import get_plugin_manager

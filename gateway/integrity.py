@@ -1,0 +1,149 @@
+"""Tool fingerprints and the store that remembers them (a small sqlite file in the data dir).
+
+A tool's fingerprint is the sha256 of its description and input schema as canonical
+JSON, so a "rug pull" (a tool that changes after it was first seen and trusted) is a
+changed fingerprint. The store keeps, per (server, tool): the approved fingerprint
+(the first one seen, or the last one approved), a pending one (a change not yet
+approved), and whether a person approved the current one with `mcp-gateway tools
+approve` (which also releases a tool quarantined for its description).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import mcp_types as types
+
+__all__ = ["STORE_NAME", "IntegrityStore", "StoredTool", "fingerprint"]
+
+STORE_NAME = "tool-integrity.sqlite3"
+Observation = Literal["new", "same", "changed"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tools (
+    server TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    exposed TEXT NOT NULL,
+    approved TEXT NOT NULL,
+    pending TEXT,
+    trusted TEXT,
+    first_seen REAL NOT NULL,
+    changed_at REAL,
+    PRIMARY KEY (server, tool)
+);
+CREATE TABLE IF NOT EXISTS approvals (revision INTEGER NOT NULL);
+INSERT INTO approvals SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM approvals);
+"""
+
+
+def fingerprint(tool: types.Tool) -> str:
+    """sha256 of the description and input schema, as canonical JSON (key order does not matter)."""
+    canonical = json.dumps(
+        {"description": tool.description or "", "inputSchema": tool.input_schema},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class StoredTool:
+    server: str
+    tool: str
+    exposed: str
+    approved: str
+    pending: str | None
+    trusted: str | None
+
+
+class IntegrityStore:
+    """The fingerprints seen so far. Each call is one short transaction, so a running gateway
+    and `mcp-gateway tools approve` can share the file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with self._connect() as db:
+            db.executescript(_SCHEMA)
+
+    @classmethod
+    def in_dir(cls, data_dir: Path) -> IntegrityStore:
+        return cls(Path(data_dir) / STORE_NAME)
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        with closing(sqlite3.connect(self.path, timeout=10)) as db, db:
+            yield db
+
+    def observe(self, server: str, tool: str, exposed: str, seen: str) -> Observation:
+        """Record a fingerprint as seen: the first one is approved; a different one later is pending."""
+        with self._connect() as db:
+            row = db.execute("SELECT approved FROM tools WHERE server = ? AND tool = ?", (server, tool)).fetchone()
+            if row is None:
+                db.execute(
+                    "INSERT INTO tools (server, tool, exposed, approved, first_seen) VALUES (?, ?, ?, ?, ?)",
+                    (server, tool, exposed, seen, time.time()),
+                )
+                return "new"
+            if row[0] == seen:
+                db.execute(
+                    "UPDATE tools SET pending = NULL, exposed = ? WHERE server = ? AND tool = ?",
+                    (exposed, server, tool),
+                )
+                return "same"
+            db.execute(
+                "UPDATE tools SET pending = ?, exposed = ?, changed_at = ? WHERE server = ? AND tool = ? "
+                "AND (pending IS NULL OR pending != ?)",
+                (seen, exposed, time.time(), server, tool, seen),
+            )
+            return "changed"
+
+    def is_trusted(self, server: str, tool: str, seen: str) -> bool:
+        """Did a person approve exactly this fingerprint?"""
+        with self._connect() as db:
+            row = db.execute("SELECT trusted FROM tools WHERE server = ? AND tool = ?", (server, tool)).fetchone()
+        return row is not None and row[0] == seen
+
+    def find(self, name: str) -> list[StoredTool]:
+        """Tools by exposed name (`prefix__tool`) or `server/tool`."""
+        server, slash, tool = name.partition("/")
+        query = "SELECT server, tool, exposed, approved, pending, trusted FROM tools WHERE "
+        with self._connect() as db:
+            if slash:
+                rows = db.execute(query + "server = ? AND tool = ?", (server, tool)).fetchall()
+            else:
+                rows = db.execute(query + "exposed = ?", (name,)).fetchall()
+        return [StoredTool(*row) for row in rows]
+
+    def pending(self) -> list[StoredTool]:
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT server, tool, exposed, approved, pending, trusted FROM tools WHERE pending IS NOT NULL "
+                "ORDER BY server, tool"
+            ).fetchall()
+        return [StoredTool(*row) for row in rows]
+
+    def approve(self, stored: StoredTool) -> str:
+        """Approve a tool's current definition (its pending one if it changed); returns that fingerprint."""
+        current = stored.pending or stored.approved
+        with self._connect() as db:
+            db.execute(
+                "UPDATE tools SET approved = ?, pending = NULL, trusted = ? WHERE server = ? AND tool = ?",
+                (current, current, stored.server, stored.tool),
+            )
+            db.execute("UPDATE approvals SET revision = revision + 1")
+        return current
+
+    def revision(self) -> int:
+        """Grows with every approval, so a running gateway can notice one made by the CLI."""
+        with self._connect() as db:
+            return int(db.execute("SELECT revision FROM approvals").fetchone()[0])

@@ -1,0 +1,124 @@
+"""Vet upstream tool definitions before they enter the catalog: change detection and injection scan.
+
+The registry passes every rebuild's listings through `ToolVetter.vet`. Per tool:
+
+- its fingerprint is recorded (`gateway.integrity`); a change since it was first seen
+  is flagged, and under `security.tool_changes: block` the tool is withheld until a
+  person runs `mcp-gateway tools approve NAME`;
+- its description is scanned (`gateway.injection`); under `security.injection`,
+  `warn` logs and reports, `strip` removes what was found from the description, and
+  `quarantine` withholds the tool until it is approved.
+
+What was found is kept in `reports` (per exposed name) for `mcp-gateway check`, and
+logged once per tool and fingerprint.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+import anyio
+import mcp_types as types
+
+from gateway.catalog import ServerListing, expose_name
+from gateway.injection import Finding, scan, strip_findings
+from gateway.integrity import IntegrityStore, fingerprint
+from gateway.security_config import SecurityConfig
+
+__all__ = ["ToolReport", "ToolVetter"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ToolReport:
+    """What vetting found about one tool."""
+
+    server: str
+    tool: str
+    exposed: str
+    changed: bool = False
+    findings: list[Finding] = field(default_factory=list)
+    action: str = "listed"
+    """listed, stripped, or withheld."""
+
+    def lines(self) -> list[str]:
+        out = []
+        if self.changed:
+            out.append("definition changed since it was first seen (approve with `mcp-gateway tools approve`)")
+        out += [finding.describe() for finding in self.findings]
+        return out
+
+
+class ToolVetter:
+    """Applies `security.tool_changes` and `security.injection` to listings."""
+
+    def __init__(self, store: IntegrityStore, config: SecurityConfig) -> None:
+        self.store = store
+        self.config = config
+        self.reports: dict[str, ToolReport] = {}
+        self._logged: set[tuple[str, str, str]] = set()
+        self._revision = store.revision()
+
+    async def watch(self, revet: Callable[[], Awaitable[None]], interval: float = 2.0) -> None:
+        """Re-vet (`revet`: rebuild the catalog) whenever `mcp-gateway tools approve` approved something."""
+        while True:
+            await anyio.sleep(interval)
+            now = await anyio.to_thread.run_sync(self.store.revision)
+            if now != self._revision:
+                self._revision = now
+                await revet()
+
+    def vet(self, listings: Sequence[ServerListing]) -> list[ServerListing]:
+        names = {listing.server_id: _names(listing) for listing in listings}
+        # A server that is down keeps its last reports (check prints them after shutting down).
+        reports = {k: r for k, r in self.reports.items() if r.server not in names}
+        vetted = []
+        for listing in listings:
+            others = [n for sid, ns in names.items() if sid != listing.server_id for n in ns]
+            kept: list[types.Tool] = []
+            for tool in listing.tools:
+                report, shown = self._vet_tool(listing, tool, others)
+                if report.changed or report.findings:
+                    reports[report.exposed] = report
+                if shown is not None:
+                    kept.append(shown)
+            vetted.append(replace(listing, tools=kept))
+        self.reports = reports
+        return vetted
+
+    def _vet_tool(
+        self, listing: ServerListing, tool: types.Tool, others: list[str]
+    ) -> tuple[ToolReport, types.Tool | None]:
+        exposed = expose_name(listing.prefix, tool.name)
+        seen = fingerprint(tool)
+        report = ToolReport(listing.server_id, tool.name, exposed)
+        report.changed = self.store.observe(listing.server_id, tool.name, exposed, seen) == "changed"
+        report.findings = scan(tool.description or "", others)
+        trusted = (report.changed or report.findings) and self.store.is_trusted(listing.server_id, tool.name, seen)
+        shown: types.Tool | None = tool
+        if report.changed and self.config.tool_changes == "block" and not trusted:
+            shown = None
+        elif report.findings and self.config.injection == "quarantine" and not trusted:
+            shown = None
+        elif report.findings and self.config.injection == "strip":
+            shown = tool.model_copy(update={"description": strip_findings(tool.description or "", report.findings)})
+            report.action = "stripped"
+        if shown is None:
+            report.action = "withheld"
+        self._log(report, seen)
+        return report, shown
+
+    def _log(self, report: ToolReport, seen: str) -> None:
+        if not (report.changed or report.findings) or (report.server, report.tool, seen) in self._logged:
+            return
+        self._logged.add((report.server, report.tool, seen))
+        for line in report.lines():
+            logger.warning("tool %s (server %r, %s): %s", report.exposed, report.server, report.action, line)
+
+
+def _names(listing: ServerListing) -> list[str]:
+    """A server's tool names as another server's description might mention them."""
+    return [n for tool in listing.tools for n in (tool.name, expose_name(listing.prefix, tool.name))]
