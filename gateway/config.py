@@ -17,7 +17,7 @@ import re
 import shlex
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, get_args
 from urllib.parse import urlsplit
 
 import yaml
@@ -275,11 +275,26 @@ def _validate_section(
         key_path: KeyPath = (*base, *(part for part in first["loc"] if isinstance(part, str | int)))
         message = first["msg"].removeprefix("Value error, ")
         if first["type"] == "extra_forbidden":
-            close = difflib.get_close_matches(str(key_path[-1]), list(model.model_fields), n=1)
+            known = _fields_at(model, [part for part in first["loc"][:-1] if isinstance(part, str)])
+            close = difflib.get_close_matches(str(key_path[-1]), known, n=1)
             message = f"unknown setting{f' (did you mean {close[0]!r}?)' if close else ''}"
         if len(exc.errors()) > 1:
             message += f" (and {len(exc.errors()) - 1} more)"
         raise ConfigError(path, message, line_of(key_path), _format_key(key_path)) from None
+
+
+def _fields_at(model: type[BaseModel], names: list[str]) -> list[str]:
+    """The field names of the model nested at `names` (list items and dict values skipped)."""
+    for name in names:
+        field = model.model_fields.get(name)
+        pending = [field.annotation] if field is not None else []
+        while pending:
+            kind = pending.pop()
+            if isinstance(kind, type) and issubclass(kind, BaseModel):
+                model = kind
+                break
+            pending.extend(get_args(kind))
+    return list(model.model_fields)
 
 
 def load_config(path: Path, environ: Mapping[str, str] | None = None) -> GatewayConfig:

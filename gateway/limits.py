@@ -3,9 +3,12 @@
 Request bodies are limited at the HTTP layer (`gateway.http_guard`, 413). Here:
 arguments over `max_argument_bytes` (as compact JSON) are refused with
 `invalid_arguments` before any upstream sees them; a result over `max_result_bytes`
-is cut, text blocks first kept in order, and ends with a note saying how much was
-dropped; a connection that has made `max_calls_per_session` calls gets
-`rate_limited` results from then on.
+is cut, blocks kept in order while they fit, and ends with a note saying how much was
+dropped (a result with structured content loses it and is marked as an error, since half
+a structure would not match the tool's output schema); a session (a handshake-era
+connection: stdio, or stateful HTTP with `Mcp-Session-Id`) that has made
+`max_calls_per_session` calls gets `rate_limited` results from then on. A 2026-07-28
+client has no session, so only the per-caller rate limit bounds its calls.
 """
 
 from __future__ import annotations
@@ -76,8 +79,14 @@ def cap_result(result: Any, limits: LimitsConfig) -> Any:
             budget = 0
         if budget <= 0:
             break
-    note = types.TextContent(type="text", text=TRUNCATION_NOTE.format(size=size, limit=limits.max_result_bytes))
-    return result.model_copy(update={"content": [*kept, note], "structured_content": None})
+    text = TRUNCATION_NOTE.format(size=size, limit=limits.max_result_bytes)
+    structured = result.structured_content is not None
+    if structured:  # half a JSON structure is no structure: say so, as an error (clients skip schema checks)
+        text += " The structured content was dropped, so this result is marked as an error."
+    note = types.TextContent(type="text", text=text)
+    return result.model_copy(
+        update={"content": [*kept, note], "structured_content": None, "is_error": result.is_error or structured}
+    )
 
 
 def _cut(text: str, max_bytes: int) -> str:

@@ -1,0 +1,79 @@
+"""Limits on tool calls (`gateway.limits`): unit checks, and through a gateway in front of the demo server."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp import Client
+
+from gateway.errors import ERROR_META_KEY
+from gateway.limits import cap_result, check_arguments
+from gateway.plugins import get_plugin_manager
+from gateway.registry import Registry, specs_from_plugins
+from gateway.security_config import LimitsConfig, SecurityConfig
+from gateway.server import GatewayServer
+from gateway.settings import PluginSettings, Settings
+from tests.conftest import FIXTURE_PLUGINS
+
+pytestmark = pytest.mark.anyio
+
+
+def text_result(*texts: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=t) for t in texts])
+
+
+def size_of(result: types.CallToolResult) -> int:
+    return len(result.model_dump_json(by_alias=True, exclude_none=True).encode())
+
+
+def test_a_small_result_is_untouched_and_a_large_one_is_cut_with_a_note() -> None:
+    limits = LimitsConfig(max_result_bytes=1000)
+    small = text_result("hello")
+    assert cap_result(small, limits) is small
+    big = cap_result(text_result("a" * 300, 'é\n"' * 2000, "never shown"), limits)
+    texts = [b.text for b in big.content if isinstance(b, types.TextContent)]
+    assert texts[0] == "a" * 300 and texts[1].startswith('é\n"') and len(texts) == 3
+    assert "truncated from" in texts[-1] and "max_result_bytes" in texts[-1]
+    assert size_of(big) <= 1000
+
+
+def test_arguments_over_the_limit_are_refused_naming_both_sizes() -> None:
+    limits = LimitsConfig(max_argument_bytes=100)
+    check_arguments({"text": "x" * 50}, limits)
+    with pytest.raises(Exception, match=r"arguments are 1\d\d bytes of JSON; the limit is 100"):
+        check_arguments({"text": "x" * 100}, limits)
+
+
+@asynccontextmanager
+async def limited(**limits: Any) -> AsyncIterator[Client]:
+    settings = Settings(plugins=PluginSettings(directory=FIXTURE_PLUGINS, allow=["memdemo"]))
+    pm, _ = get_plugin_manager(settings)
+    registry = Registry(specs_from_plugins(pm, settings), settings)
+    with anyio.fail_after(30):
+        async with registry.running():
+            await registry.wait_settled()
+            gateway = GatewayServer(registry, settings, security=SecurityConfig(limits=LimitsConfig(**limits)))
+            # The handshake era has sessions; a 2026-07-28 client has none (each request stands alone).
+            async with Client(gateway.server, mode="legacy") as client:
+                yield client
+
+
+def code(result: types.CallToolResult) -> str | None:
+    return (result.meta or {}).get(ERROR_META_KEY, {}).get("code")
+
+
+async def test_limits_apply_to_calls_through_the_gateway() -> None:
+    async with limited(max_argument_bytes=2000, max_result_bytes=1000, max_calls_per_session=3) as client:
+        cut = await client.call_tool("mem__echo", {"text": "z" * 1500})  # echo has an output schema
+        assert cut.is_error and "truncated from" in cut.content[-1].text  # type: ignore[union-attr]
+        assert "structured content was dropped" in cut.content[-1].text  # type: ignore[union-attr]
+        too_big = await client.call_tool("mem__echo", {"text": "z" * 3000})
+        assert code(too_big) == "invalid_arguments" and "max_argument_bytes" in too_big.content[0].text  # type: ignore[union-attr]
+        assert not (await client.call_tool("mem__add", {"a": 1, "b": 2})).is_error
+        over = await client.call_tool("mem__add", {"a": 1, "b": 2})
+        assert code(over) == "rate_limited" and "max_calls_per_session" in over.content[0].text  # type: ignore[union-attr]
