@@ -9,7 +9,8 @@
     ├── CircuitOpen                   too many consecutive failures: calls are held back
     ├── ExceededRetries               retried as often as allowed, still failing
     ├── ExecutionError                anything else that went wrong running the call
-    └── RelayRefused                  a server-to-client request the downstream cannot take
+    ├── RelayRefused                  a server-to-client request the downstream cannot take
+    └── SessionLimitReached           (gateway.limits) max_calls_per_session reached -> rate_limited
 
 docs/errors.md lists every code with an example result.
 
