@@ -200,6 +200,16 @@ async def test_a_hidden_tool_is_not_found_exactly_like_an_unknown_one(gateway: D
         assert "rec__" not in text_of(via_search_mode).replace("'rec__seen_headers'", "")
 
 
+def test_health_probes_need_no_key_and_show_servers_only_to_a_caller(gateway: Deployment) -> None:
+    assert httpx2.get(f"{gateway.base}/healthz", headers={"Host": "10.0.0.7:80"}, timeout=10).status_code == 200
+    anonymous = httpx2.get(f"{gateway.base}/readyz", timeout=10).json()
+    assert "ready" in anonymous and "servers" not in anonymous
+    wrong = httpx2.get(f"{gateway.base}/readyz", headers={"Authorization": f"Bearer {new_key()}"}, timeout=10)
+    assert "servers" not in wrong.json()
+    known = httpx2.get(f"{gateway.base}/readyz", headers={"Authorization": f"Bearer {KEYS['admin']}"}, timeout=10)
+    assert {s["server"] for s in known.json()["servers"]} >= {"alpha", "beta", "rec"}
+
+
 # ---- rate limits, Host/Origin, body size -------------------------------------------------
 
 
