@@ -210,6 +210,15 @@ def test_health_probes_need_no_key_and_show_servers_only_to_a_caller(gateway: De
     assert {s["server"] for s in known.json()["servers"]} >= {"alpha", "beta", "rec"}
 
 
+def test_a_session_belongs_to_the_key_that_opened_it(gateway: Deployment) -> None:
+    opened = post(gateway.url, INITIALIZE, key=KEYS["admin"])
+    session = {"Mcp-Session-Id": opened.headers["mcp-session-id"]}
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    stolen = post(gateway.url, listing, key=KEYS["alpha"], **session)
+    assert stolen.status_code == 404 and "beta__" not in stolen.text
+    assert post(gateway.url, listing, key=KEYS["admin"], **session).status_code == 200
+
+
 # ---- rate limits, Host/Origin, body size -------------------------------------------------
 
 
