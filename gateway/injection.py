@@ -104,7 +104,8 @@ def scan(description: str, other_tools: Collection[str] = ()) -> list[Finding]:
     for match in _SHADOWING.finditer(description):
         add("cross_tool", match.start(), match.end())
     for name in sorted(set(other_tools)):
-        if len(name) >= 4 and ("_" in name or "-" in name):  # distinctive names only: no common words
+        # Distinctive names only (no common words), and a substring test before any regex.
+        if len(name) >= 4 and ("_" in name or "-" in name) and name in description:
             for match in re.finditer(rf"(?<![\w-]){re.escape(name)}(?![\w-])", description):
                 add("cross_tool", match.start(), match.end())
     for index, char in enumerate(description):
