@@ -85,27 +85,43 @@ class IntegrityStore:
             yield db
 
     def observe(self, server: str, tool: str, exposed: str, seen: str) -> Observation:
-        """Record a fingerprint as seen: the first one is approved; a different one later is pending."""
+        """Record one fingerprint as seen (see `observe_all`)."""
+        return self.observe_all([(server, tool, exposed, seen)])[(server, tool)][0]
+
+    def observe_all(self, seen: list[tuple[str, str, str, str]]) -> dict[tuple[str, str], tuple[Observation, bool]]:
+        """Record (server, tool, exposed name, fingerprint) rows in one transaction.
+
+        The first fingerprint of a tool is approved; a different one later is pending.
+        Returns, per (server, tool), what it was and whether a person approved exactly
+        this fingerprint (`tools approve`). Only new and changed rows are written.
+        """
+        now = time.time()
+        result: dict[tuple[str, str], tuple[Observation, bool]] = {}
         with self._connect() as db:
-            row = db.execute("SELECT approved FROM tools WHERE server = ? AND tool = ?", (server, tool)).fetchone()
-            if row is None:
-                db.execute(
-                    "INSERT INTO tools (server, tool, exposed, approved, first_seen) VALUES (?, ?, ?, ?, ?)",
-                    (server, tool, exposed, seen, time.time()),
-                )
-                return "new"
-            if row[0] == seen:
-                db.execute(
-                    "UPDATE tools SET pending = NULL, exposed = ? WHERE server = ? AND tool = ?",
-                    (exposed, server, tool),
-                )
-                return "same"
-            db.execute(
-                "UPDATE tools SET pending = ?, exposed = ?, changed_at = ? WHERE server = ? AND tool = ? "
-                "AND (pending IS NULL OR pending != ?)",
-                (seen, exposed, time.time(), server, tool, seen),
+            stored = {
+                (row[0], row[1]): row[2:]
+                for row in db.execute("SELECT server, tool, exposed, approved, pending, trusted FROM tools")
+            }
+            inserts, updates = [], []
+            for server, tool, exposed, fingerprint_ in seen:
+                row = stored.get((server, tool))
+                if row is None:
+                    inserts.append((server, tool, exposed, fingerprint_, now))
+                    result[(server, tool)] = ("new", False)
+                    continue
+                old_exposed, approved, pending, trusted = row
+                state: Observation = "same" if approved == fingerprint_ else "changed"
+                new_pending = None if state == "same" else fingerprint_
+                if (old_exposed, pending) != (exposed, new_pending):
+                    updates.append((exposed, new_pending, now, server, tool))
+                result[(server, tool)] = (state, trusted == fingerprint_)
+            db.executemany(
+                "INSERT INTO tools (server, tool, exposed, approved, first_seen) VALUES (?, ?, ?, ?, ?)", inserts
             )
-            return "changed"
+            db.executemany(
+                "UPDATE tools SET exposed = ?, pending = ?, changed_at = ? WHERE server = ? AND tool = ?", updates
+            )
+        return result
 
     def is_trusted(self, server: str, tool: str, seen: str) -> bool:
         """Did a person approve exactly this fingerprint?"""

@@ -61,6 +61,7 @@ class ToolVetter:
         self.reports: dict[str, ToolReport] = {}
         self._logged: set[tuple[str, str, str]] = set()
         self._revision = store.revision()
+        self._scans: dict[tuple[str, int], list[Finding]] = {}
 
     async def watch(self, revet: Callable[[], Awaitable[None]], interval: float = 2.0) -> None:
         """Re-vet (`revet`: rebuild the catalog) whenever `mcp-gateway tools approve` approved something."""
@@ -75,12 +76,23 @@ class ToolVetter:
         names = {listing.server_id: _names(listing) for listing in listings}
         # A server that is down keeps its last reports (check prints them after shutting down).
         reports = {k: r for k, r in self.reports.items() if r.server not in names}
+        seen = {
+            (listing.server_id, tool.name): (expose_name(listing.prefix, tool.name), fingerprint(tool))
+            for listing in listings
+            for tool in listing.tools
+        }
+        stored = self.store.observe_all([(s, t, exposed, fp) for (s, t), (exposed, fp) in seen.items()])
         vetted = []
         for listing in listings:
-            others = [n for sid, ns in names.items() if sid != listing.server_id for n in ns]
+            others = tuple(n for sid, ns in names.items() if sid != listing.server_id for n in ns)
             kept: list[types.Tool] = []
             for tool in listing.tools:
-                report, shown = self._vet_tool(listing, tool, others)
+                key = (listing.server_id, tool.name)
+                exposed, fp = seen[key]
+                report = ToolReport(listing.server_id, tool.name, exposed, changed=stored[key][0] == "changed")
+                report.findings = self._scan(tool, fp, others)
+                shown = self._apply(report, tool, trusted=stored[key][1])
+                self._log(report, fp)
                 if report.changed or report.findings:
                     reports[report.exposed] = report
                 if shown is not None:
@@ -89,27 +101,27 @@ class ToolVetter:
         self.reports = reports
         return vetted
 
-    def _vet_tool(
-        self, listing: ServerListing, tool: types.Tool, others: list[str]
-    ) -> tuple[ToolReport, types.Tool | None]:
-        exposed = expose_name(listing.prefix, tool.name)
-        seen = fingerprint(tool)
-        report = ToolReport(listing.server_id, tool.name, exposed)
-        report.changed = self.store.observe(listing.server_id, tool.name, exposed, seen) == "changed"
-        report.findings = scan(tool.description or "", others)
-        trusted = (report.changed or report.findings) and self.store.is_trusted(listing.server_id, tool.name, seen)
-        shown: types.Tool | None = tool
+    def _scan(self, tool: types.Tool, fp: str, others: tuple[str, ...]) -> list[Finding]:
+        """Scan a description, remembering the result per definition and set of other tools."""
+        key = (fp, hash(others))
+        if key not in self._scans:
+            if len(self._scans) > 50_000:
+                self._scans.clear()
+            self._scans[key] = scan(tool.description or "", others)
+        return self._scans[key]
+
+    def _apply(self, report: ToolReport, tool: types.Tool, *, trusted: bool) -> types.Tool | None:
+        """The policies: the tool as served (maybe stripped), or None when it is withheld."""
         if report.changed and self.config.tool_changes == "block" and not trusted:
-            shown = None
-        elif report.findings and self.config.injection == "quarantine" and not trusted:
-            shown = None
-        elif report.findings and self.config.injection == "strip":
-            shown = tool.model_copy(update={"description": strip_findings(tool.description or "", report.findings)})
-            report.action = "stripped"
-        if shown is None:
             report.action = "withheld"
-        self._log(report, seen)
-        return report, shown
+            return None
+        if report.findings and self.config.injection == "quarantine" and not trusted:
+            report.action = "withheld"
+            return None
+        if report.findings and self.config.injection == "strip":
+            report.action = "stripped"
+            return tool.model_copy(update={"description": strip_findings(tool.description or "", report.findings)})
+        return tool
 
     def _log(self, report: ToolReport, seen: str) -> None:
         if not (report.changed or report.findings) or (report.server, report.tool, seen) in self._logged:
