@@ -84,7 +84,8 @@ class ToolVetter:
         stored = self.store.observe_all([(s, t, exposed, fp) for (s, t), (exposed, fp) in seen.items()])
         vetted = []
         for listing in listings:
-            others = tuple(n for sid, ns in names.items() if sid != listing.server_id for n in ns)
+            own = set(names[listing.server_id])  # a name this server also has is not a reference to another
+            others = tuple(n for sid, ns in names.items() if sid != listing.server_id for n in ns if n not in own)
             kept: list[types.Tool] = []
             for tool in listing.tools:
                 key = (listing.server_id, tool.name)
