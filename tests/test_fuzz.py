@@ -103,9 +103,8 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
 def messages(response: httpx2.Response) -> list[dict[str, Any]]:
     """The JSON-RPC messages of a response (plain JSON or server-sent events)."""
     if response.headers.get("content-type", "").startswith("text/event-stream"):
-        return [
-            json.loads(line[5:]) for line in response.text.splitlines() if line.startswith("data:") and line[5:].strip()
-        ]
+        lines = [line.rstrip("\r") for line in response.text.split("\n")]  # not splitlines(): U+0085 is data
+        return [json.loads(line[5:]) for line in lines if line.startswith("data:") and line[5:].strip()]
     try:
         body = response.json()
     except ValueError:
