@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+import http.server
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
@@ -107,6 +111,24 @@ async def test_a_jwt_without_a_known_profile_is_forbidden(jwks: tuple[Any, Path]
         await jwt_auth(path).authenticate(token(private, gateway_profile="admin"))
     principal = await jwt_auth(path, default_profile="ro").authenticate(token(private))
     assert principal.profile is not None
+
+
+async def test_a_jwt_is_verified_against_a_jwks_url(jwks: tuple[Any, Path]) -> None:
+    private, path = jwks
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(path.parent))
+    handler.log_message = lambda *args: None  # type: ignore[attr-defined]
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            url = f"http://127.0.0.1:{server.server_address[1]}/{path.name}"
+            config = {"jwks_url": url, "issuer": ISSUER, "audience": AUDIENCE, "default_profile": "ro"}
+            auth = Authenticator(AuthConfig.model_validate({"jwt": config, "profiles": {"ro": {}}}))
+            with anyio.fail_after(20):
+                assert (await auth.authenticate(token(private))).name == "jwt:ada"
+                with pytest.raises(AuthError, match="invalid token"):
+                    await auth.authenticate(token(private, aud="https://elsewhere.example.com"))
+        finally:
+            server.shutdown()
 
 
 def test_an_unreadable_jwks_file_is_a_clear_error(tmp_path: Path) -> None:
