@@ -19,8 +19,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,10 +30,8 @@ import mcp_types as types
 from mcp import Client, StdioServerParameters
 from mcp.client.session import ClientRequestContext
 from mcp.client.sse import sse_client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.server import MCPServer, Server
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -42,6 +39,7 @@ from gateway.catalog import ServerListing
 from gateway.errors import UpstreamTimeout, UpstreamUnauthorized, UpstreamUnavailable
 from gateway.listing_cache import fingerprint, load_listing, save_listing
 from gateway.stdio_child import stdio_child
+from gateway.transports import http_transport, watched
 
 __all__ = [
     "CONNECTED_STATES",
@@ -140,72 +138,6 @@ class UpstreamEvents(Protocol):
     async def relay_request(
         self, upstream: Upstream, request: types.InputRequest
     ) -> types.InputResponse | types.ErrorData: ...
-
-
-class _WatchedReadStream:
-    """A read stream that sets `closed` when the peer's stream ends.
-
-    The SDK keeps a `Client` open after its transport died (pending requests fail, new
-    ones too); this lets the supervisor notice at once and mark the server failed.
-    """
-
-    def __init__(self, inner: Any, closed: anyio.Event) -> None:
-        self._inner = inner
-        self._closed = closed
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    async def __aenter__(self) -> _WatchedReadStream:
-        await self._inner.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc: object) -> Any:
-        self._closed.set()
-        return await self._inner.__aexit__(*exc)
-
-    def __aiter__(self) -> _WatchedReadStream:
-        return self
-
-    async def __anext__(self) -> Any:
-        try:
-            return await self._inner.__anext__()
-        except StopAsyncIteration:
-            self._closed.set()
-            raise
-
-    async def receive(self) -> Any:
-        try:
-            return await self._inner.receive()
-        except (anyio.EndOfStream, anyio.ClosedResourceError):
-            self._closed.set()
-            raise
-
-    async def aclose(self) -> None:
-        self._closed.set()
-        await self._inner.aclose()
-
-
-@asynccontextmanager
-async def _watched(transport: Any, closed: anyio.Event) -> AsyncIterator[tuple[Any, Any]]:
-    async with transport as (read_stream, write_stream):
-        yield _WatchedReadStream(read_stream, closed), write_stream
-
-
-@asynccontextmanager
-async def _http_transport(
-    url: str, headers: Mapping[str, str], on_status: Callable[[int], None]
-) -> AsyncIterator[tuple[Any, Any]]:
-    """Streamable HTTP, reporting every response's status (the SDK turns 401 and 500 alike
-    into one generic JSON-RPC error, and the status is what tells them apart)."""
-
-    async def report(response: Any) -> None:
-        on_status(response.status_code)
-
-    async with create_mcp_http_client(headers=dict(headers)) as http_client:
-        http_client.event_hooks["response"].append(report)
-        async with streamable_http_client(url, http_client=http_client) as streams:
-            yield streams
 
 
 class Upstream:
@@ -469,13 +401,13 @@ class Upstream:
             target = spec.target
         elif spec.transport == "stdio":
             assert isinstance(spec.target, StdioServerParameters)
-            target = _watched(stdio_child(spec.target, errlog or sys.stderr, self._on_spawn), self._closed)
+            target = watched(stdio_child(spec.target, errlog or sys.stderr, self._on_spawn), self._closed)
         elif spec.transport == "http":
             assert isinstance(spec.target, str)
-            target = _watched(_http_transport(spec.target, spec.headers, self._on_http_status), self._closed)
+            target = watched(http_transport(spec.target, spec.headers, self._on_http_status), self._closed)
         else:
             assert isinstance(spec.target, str)
-            target = _watched(sse_client(spec.target, headers=dict(spec.headers)), self._closed)
+            target = watched(sse_client(spec.target, headers=dict(spec.headers)), self._closed)
         relay: dict[str, Any] = {}
         if self.relay_requests:
             relay = {

@@ -1,0 +1,86 @@
+"""The transports an upstream session runs over, wrapped so the supervisor learns what the SDK hides.
+
+- `watched`: any transport whose read stream sets an event when the peer goes away (the
+  SDK keeps a `Client` open after its transport died).
+- `http_transport`: streamable HTTP that reports every response's status.
+
+stdio has its own module, `gateway.stdio_child`, because it also owns a process group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+__all__ = ["http_transport", "watched"]
+
+
+class _WatchedReadStream:
+    """A read stream that sets `closed` when the peer's stream ends.
+
+    The SDK keeps a `Client` open after its transport died (pending requests fail, new
+    ones too); this lets the supervisor notice at once and mark the server failed.
+    """
+
+    def __init__(self, inner: Any, closed: anyio.Event) -> None:
+        self._inner = inner
+        self._closed = closed
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def __aenter__(self) -> _WatchedReadStream:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> Any:
+        self._closed.set()
+        return await self._inner.__aexit__(*exc)
+
+    def __aiter__(self) -> _WatchedReadStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self._inner.__anext__()
+        except StopAsyncIteration:
+            self._closed.set()
+            raise
+
+    async def receive(self) -> Any:
+        try:
+            return await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            self._closed.set()
+            raise
+
+    async def aclose(self) -> None:
+        self._closed.set()
+        await self._inner.aclose()
+
+
+@asynccontextmanager
+async def watched(transport: Any, closed: anyio.Event) -> AsyncIterator[tuple[Any, Any]]:
+    async with transport as (read_stream, write_stream):
+        yield _WatchedReadStream(read_stream, closed), write_stream
+
+
+@asynccontextmanager
+async def http_transport(
+    url: str, headers: Mapping[str, str], on_status: Callable[[int], None]
+) -> AsyncIterator[tuple[Any, Any]]:
+    """Streamable HTTP, reporting every response's status (the SDK turns 401 and 500 alike
+    into one generic JSON-RPC error, and the status is what tells them apart)."""
+
+    async def report(response: Any) -> None:
+        on_status(response.status_code)
+
+    async with create_mcp_http_client(headers=dict(headers)) as http_client:
+        http_client.event_hooks["response"].append(report)
+        async with streamable_http_client(url, http_client=http_client) as streams:
+            yield streams
