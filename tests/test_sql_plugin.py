@@ -11,18 +11,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import anyio
-import mcp_types as types
 import pytest
 from mcp import Client
 
 from plugins.sql import Config, create_server
 from plugins.sql.classify import SqlRefused, classify
 from plugins.sql.demo import create_demo_database
+from tests.sql_client import call, ok, refused, text_of
 
 pytestmark = pytest.mark.anyio
 
-TIMEOUT = 10.0
 RECURSIVE_FOREVER = "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) SELECT count(*) FROM n"
 
 
@@ -48,30 +46,6 @@ def clock() -> FakeClock:
 
 def sql_server(tmp_path: Path, database: Path, clock: Callable[[], float] | None = None, **settings: Any) -> Any:
     return create_server(Config(database=str(database), demo=True, **settings), tmp_path, clock=clock)
-
-
-def text_of(result: types.CallToolResult) -> str:
-    block = result.content[0]
-    assert isinstance(block, types.TextContent)
-    return block.text
-
-
-async def call(client: Client, tool: str, **arguments: Any) -> types.CallToolResult:
-    with anyio.fail_after(TIMEOUT):
-        return await client.call_tool(tool, arguments)
-
-
-async def ok(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
-    result = await call(client, tool, **arguments)
-    assert not result.is_error, text_of(result)
-    assert result.structured_content is not None
-    return result.structured_content
-
-
-async def refused(client: Client, tool: str, **arguments: Any) -> str:
-    result = await call(client, tool, **arguments)
-    assert result.is_error, text_of(result)
-    return text_of(result)
 
 
 def count(database: Path, table: str) -> int:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import anyio
 import mcp_types as types
 import pytest
 from mcp import Client
 
 from plugins.sql import Config, create_server
+from tests.sql_client import call, ok, refused, text_of
 
 if TYPE_CHECKING:
     from tests.postgres import PostgresServer
@@ -45,30 +45,6 @@ def shop(postgres_server: PostgresServer, postgres_database: str, monkeypatch: p
         db.execute(SHOP)  # type: ignore[arg-type]
     monkeypatch.setenv(PASSWORD_ENV, postgres_server.password)
     return Config(database=postgres_server.url(postgres_database), password_env=PASSWORD_ENV, timeout_ms_limit=5000)
-
-
-def text_of(result: types.CallToolResult) -> str:
-    block = result.content[0]
-    assert isinstance(block, types.TextContent)
-    return block.text
-
-
-async def call(client: Client, tool: str, **arguments: Any) -> types.CallToolResult:
-    with anyio.fail_after(20):
-        return await client.call_tool(tool, arguments)
-
-
-async def ok(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
-    result = await call(client, tool, **arguments)
-    assert not result.is_error, text_of(result)
-    assert result.structured_content is not None
-    return result.structured_content
-
-
-async def refused(client: Client, tool: str, **arguments: Any) -> str:
-    result = await call(client, tool, **arguments)
-    assert result.is_error, text_of(result)
-    return text_of(result)
 
 
 async def test_describe_schema_reads_postgresql_catalogs(shop: Config, tmp_path: Any) -> None:
