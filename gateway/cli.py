@@ -21,6 +21,7 @@ import mcp_types as types
 from gateway.auth import MIN_KEY_LENGTH, Authenticator, hash_key, new_key
 from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.errors import GatewayError, error_result
+from gateway.health import server_health
 from gateway.http import bind_socket, serve_http
 from gateway.integrity import IntegrityStore
 from gateway.plugins import PluginInfo, PluginManager, get_plugin_manager, plugin_directory
@@ -164,20 +165,16 @@ def _print_table(rows: Sequence[Sequence[str]], headers: Sequence[str]) -> None:
 
 
 def _server_row(u: Upstream, registry: Registry) -> dict[str, Any]:
+    """What `/readyz` says of the server, plus what a person checking a config wants to see."""
     return {
-        "server": u.id,
+        **server_health(u, registry),
         "origin": u.spec.origin,
         "transport": u.spec.transport,
         "status": "ok" if u.state == "ready" else u.state,
-        "reason": u.reason,
-        "tools": registry.catalog.server_items(u.id),
         "prompts": len(u.listing.prompts),
         "resources": len(u.listing.resources) + len(u.listing.templates),
         "latency_ms": round(u.connect_ms, 1) if u.connect_ms is not None else None,
         "protocol": u.protocol_version,
-        "since": u.state_since.isoformat(timespec="seconds"),
-        "retry_at": u.retry_at.isoformat(timespec="seconds") if u.retry_at else None,
-        "breaker": registry.breakers.state(u.id),
     }
 
 

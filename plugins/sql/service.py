@@ -38,18 +38,19 @@ class Limits:
     max_rows_limit: int
 
     def timeout(self, requested: int | None) -> int:
-        if requested is None:
-            return self.timeout_ms
-        if not 1 <= requested <= self.timeout_ms_limit:
-            raise SqlRefusal(f"timeout_ms must be between 1 and {self.timeout_ms_limit} (the configured maximum)")
-        return requested
+        return _within("timeout_ms", requested, self.timeout_ms, self.timeout_ms_limit)
 
     def rows(self, requested: int | None) -> int:
-        if requested is None:
-            return self.max_rows
-        if not 1 <= requested <= self.max_rows_limit:
-            raise SqlRefusal(f"max_rows must be between 1 and {self.max_rows_limit} (the configured maximum)")
-        return requested
+        return _within("max_rows", requested, self.max_rows, self.max_rows_limit)
+
+
+def _within(name: str, requested: int | None, default: int, limit: int) -> int:
+    """`requested`, or `default` when it is None; refused outside 1..`limit`."""
+    if requested is None:
+        return default
+    if not 1 <= requested <= limit:
+        raise SqlRefusal(f"{name} must be between 1 and {limit} (the configured maximum)")
+    return requested
 
 
 class _ContextFile:
