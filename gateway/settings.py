@@ -139,6 +139,13 @@ class Settings(BaseSettings):
 
     config: Path = Field(default=Path("external-mcps.yaml"), description="Path of the YAML server list.")
     data_dir: Path = Field(default_factory=default_data_dir)
+    database_url: str | None = Field(
+        default=None,
+        description=(
+            "Where records (and, for PostgreSQL, the embedding cache) live: a `postgresql://` URL, "
+            "or unset for SQLite files in the data dir."
+        ),
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     startup_timeout: float = Field(
         default=30.0, gt=0, description="Seconds a server may take to connect before it is marked failed."
