@@ -58,6 +58,7 @@ SERVER_KEYS = (
     "name", "description", "command", "args", "env", "cwd", "url", "headers", "transport", "type",
     "protocol", "credentials", "capabilities", "enabled", "timeout", "tools", "prefix",
     "tool_timeouts", "retry_tools", "max_concurrent_calls", "health_interval", "start", "idle_timeout",
+    "forward_caller_token",
 )  # fmt: skip
 CLAUDE_KEYS = (*SERVER_KEYS, "disabled")  # `mcpServers:` / `servers:` also take Claude Desktop's `disabled`
 TOOL_FILTER_KEYS = ("allow", "deny")
@@ -145,6 +146,7 @@ class ServerConfig(BaseModel):
     health_interval: float | None = Field(default=None, ge=0)
     start: Literal["eager", "on_demand"] = "eager"
     idle_timeout: float = Field(default=300.0, gt=0)
+    forward_caller_token: bool = False
     tools: ToolFilter = Field(default_factory=ToolFilter)
     prefix: str
     # Field name -> display value with `${...}` substitutions masked; set by the loader.
@@ -219,6 +221,8 @@ class ServerConfig(BaseModel):
             raise ValueError("`start: on_demand` applies to stdio servers (with `command`)")
         if "idle_timeout" in self.model_fields_set and self.start != "on_demand":
             raise ValueError("`idle_timeout` applies to servers with `start: on_demand`")
+        if self.forward_caller_token and self.transport == "stdio":
+            raise ValueError("`forward_caller_token` applies to http/sse servers (with `url`)")
         return self
 
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:

@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.transport_security import RequestBodyLimitMiddleware, TransportSecurityMiddleware
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -35,7 +36,7 @@ from gateway.auth import Authenticator, AuthError, Principal
 from gateway.ratelimit import RateLimiter
 from gateway.security_config import AuthConfig
 
-__all__ = ["METADATA_PATH", "PRINCIPAL_KEY", "PUBLIC_PATHS", "SecurityMiddleware", "principal_in"]
+__all__ = ["METADATA_PATH", "PRINCIPAL_KEY", "PUBLIC_PATHS", "SecurityMiddleware", "forwardable_token", "principal_in"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +53,26 @@ def principal_in(request: Any) -> Principal | None:
     scope = getattr(request, "scope", None)
     found = scope.get(PRINCIPAL_KEY) if isinstance(scope, dict) else None
     return found if isinstance(found, Principal) else None
+
+
+def forwardable_token(request: Any) -> str | None:
+    """The caller's own bearer token, for servers configured with `forward_caller_token: true`.
+
+    With authentication on, only a JWT the gateway verified is the caller's own token;
+    a gateway API key is the gateway's secret and is never forwarded. With authentication
+    off, whatever bearer token the client sent is its own. stdio and in-memory: None.
+    """
+    scope = getattr(request, "scope", None)
+    if not isinstance(scope, dict) or scope.get("type") != "http":
+        return None
+    header = Headers(scope=scope).get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    principal = scope.get(PRINCIPAL_KEY)
+    if isinstance(principal, Principal) and principal.issuer is None:
+        return None
+    return token.strip()
 
 
 class SecurityMiddleware:

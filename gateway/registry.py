@@ -21,6 +21,7 @@ from mcp import StdioServerParameters
 from mcp.server import MCPServer, Server
 from pydantic import BaseModel
 
+from gateway.caller_sessions import CallerSessions
 from gateway.calls import Middleware, ToolCall, compose
 from gateway.calls.breaker import CircuitBreakers
 from gateway.calls.plugin_hooks import PluginHooks
@@ -96,6 +97,7 @@ def spec_from_config(server: ServerConfig) -> UpstreamSpec:
         health_interval=server.health_interval,
         start=server.start,
         idle_timeout=server.idle_timeout,
+        forward_caller_token=server.forward_caller_token,
     )
 
 
@@ -249,6 +251,8 @@ class Registry:
         self.listing_filter: Callable[[Sequence[ServerListing]], list[ServerListing]] | None = None
         """Vets listings before they enter the catalog (`gateway.vetting`); None: all pass."""
         self._task_group: anyio.abc.TaskGroup | None = None
+        self.caller_sessions = CallerSessions(self, lambda: self.task_group)
+        """Sessions opened with callers' own tokens (servers with `forward_caller_token: true`)."""
 
     # ---- lifecycle ------------------------------------------------------------
 
@@ -382,17 +386,41 @@ class Registry:
         found = self.catalog.resolve_template(uri_template)
         return None if found is None else (self.upstreams[found[0]], found[1])
 
+    async def request_as(
+        self,
+        caller_token: str | None,
+        upstream: Upstream,
+        operation: str,
+        send: Callable[[Any], Awaitable[Any]],
+        *,
+        timeout: float | None = None,
+    ) -> Any:
+        """`upstream.request`, in the caller's own session when the server takes callers' tokens
+        (`forward_caller_token: true`) and the caller has one to forward; else the shared session."""
+        if caller_token and upstream.spec.forward_caller_token:
+            return await self.caller_sessions.request(upstream, caller_token, operation, send, timeout=timeout)
+        return await upstream.request(operation, send, timeout=timeout)
+
     async def call_tool(
-        self, name: str, arguments: dict[str, Any] | None, *, progress: Any = None, meta: Any = None
+        self,
+        name: str,
+        arguments: dict[str, Any] | None,
+        *,
+        progress: Any = None,
+        meta: Any = None,
+        caller_token: str | None = None,
     ) -> types.CallToolResult:
         """Call an exposed tool through the call chain; gateway errors are raised (`GatewayError`).
 
-        `progress` (an SDK progress callback) and `meta` (request `_meta`) are passed upstream.
+        `progress` (an SDK progress callback) and `meta` (request `_meta`) are passed upstream;
+        `caller_token` is forwarded only to servers configured to take it.
         """
         upstream, entry = self.tool(name)
 
         async def send(args: dict[str, Any] | None) -> types.CallToolResult:
-            result = await upstream.request(
+            result = await self.request_as(
+                caller_token,
+                upstream,
                 f"tools/call {name!r}",
                 lambda c: c.call_tool(entry.original, args, progress_callback=progress, meta=meta),
                 timeout=math.inf,  # `apply_timeout` bounds each attempt with the tool's own timeout

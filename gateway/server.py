@@ -51,7 +51,7 @@ from gateway.exposure import (
     parse_search_arguments,
     tool_payload,
 )
-from gateway.http_guard import principal_in
+from gateway.http_guard import forwardable_token, principal_in
 from gateway.limits import cap_result, check_arguments, check_session_calls
 from gateway.registry import ChangeKind, Registry
 from gateway.relay import Exchange, ExchangeTable, connection_of
@@ -329,10 +329,11 @@ class GatewayServer:
             await self._owner_settled(params.name)
             self._check_call(ctx, params)
             upstream, _entry = self.registry.tool(params.name)
+            token = forwardable_token(ctx.request)
 
             async def send(progress: Any) -> Any:
                 result = await self.registry.call_tool(
-                    params.name, params.arguments, progress=progress, meta=_forwarded_meta(ctx)
+                    params.name, params.arguments, progress=progress, meta=_forwarded_meta(ctx), caller_token=token
                 )
                 return cap_result(_expose_result_uris(result, upstream.spec.prefix), self.security.limits)
 
@@ -438,9 +439,12 @@ class GatewayServer:
         if found is None or not server_visible(principal_in(ctx.request), found[0].id):
             raise MCPError(types.INVALID_PARAMS, f"Unknown prompt {params.name!r}.")
         upstream, original = found
+        token = forwardable_token(ctx.request)
 
         async def send(progress: Any) -> Any:
-            result = await upstream.request(
+            result = await self.registry.request_as(
+                token,
+                upstream,
                 f"prompts/get {params.name!r}",
                 lambda c: c.get_prompt(original, params.arguments, meta=_forwarded_meta(ctx)),
             )
@@ -483,9 +487,12 @@ class GatewayServer:
     ) -> types.ReadResourceResult | types.InputRequiredResult:
         await self._settled()
         upstream, original = self._resource(params.uri, ctx)
+        token = forwardable_token(ctx.request)
 
         async def send(progress: Any) -> Any:
-            result = await upstream.request(
+            result = await self.registry.request_as(
+                token,
+                upstream,
                 f"resources/read {params.uri!r}",
                 lambda c: c.read_resource(original, meta=_forwarded_meta(ctx), cache_mode="bypass"),
             )
@@ -554,7 +561,12 @@ class GatewayServer:
         context = params.context.arguments if params.context is not None else None
         argument = {"name": params.argument.name, "value": params.argument.value}
         return await self._as_protocol_error(
-            upstream.request("completion/complete", lambda c: c.session.complete(upstream_ref, argument, context))
+            self.registry.request_as(
+                forwardable_token(ctx.request),
+                upstream,
+                "completion/complete",
+                lambda c: c.session.complete(upstream_ref, argument, context),
+            )
         )
 
     async def _set_logging_level(

@@ -116,6 +116,8 @@ class UpstreamSpec:
     """`on_demand`: started by its first call (stdio servers), stopped again after `idle_timeout`."""
     idle_timeout: float = 300.0
     """Seconds without calls after which an on-demand server is stopped."""
+    forward_caller_token: bool = False
+    """Whether requests made for a caller carry the caller's own bearer token (`gateway.caller_sessions`)."""
     secrets: tuple[str, ...] = field(default=(), repr=False)
     """Credential and header values, masked wherever the server's words are repeated."""
 

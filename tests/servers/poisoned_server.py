@@ -6,7 +6,8 @@
 - `seen_headers`: over HTTP, the request headers this server received (to check which
   credentials the gateway sends upstream).
 
-Run `python tests/servers/poisoned_server.py stdio` or `... http` (prints `PORT=<n>`).
+Run `python tests/servers/poisoned_server.py stdio` or `... http` (prints `PORT=<n>`);
+`--refuse-bearer TOKEN` (http) answers 401 to requests carrying `Authorization: Bearer TOKEN`.
 """
 
 from __future__ import annotations
@@ -58,10 +59,15 @@ def create_server() -> MCPServer:
     return mcp
 
 
-def _recording(app):  # type: ignore[no-untyped-def]
+def _recording(app, refused: str | None):  # type: ignore[no-untyped-def]
     async def wrapped(scope, receive, send):  # type: ignore[no-untyped-def]
         if scope["type"] == "http":
-            SEEN.append({k.decode(): v.decode() for k, v in scope["headers"]})
+            headers = {k.decode(): v.decode() for k, v in scope["headers"]}
+            if refused is not None and headers.get("authorization") == f"Bearer {refused}":
+                await send({"type": "http.response.start", "status": 401, "headers": []})
+                await send({"type": "http.response.body", "body": b"token revoked"})
+                return
+            SEEN.append(headers)
         await app(scope, receive, send)
 
     return wrapped
@@ -70,6 +76,7 @@ def _recording(app):  # type: ignore[no-untyped-def]
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("transport", choices=["stdio", "http"])
+    parser.add_argument("--refuse-bearer", help="answer 401 to this bearer token")
     args = parser.parse_args()
     server = create_server()
     if args.transport == "stdio":
@@ -77,7 +84,9 @@ def main() -> None:
         return
     import uvicorn
 
-    config = uvicorn.Config(_recording(server.streamable_http_app()), host="127.0.0.1", port=0, log_level="warning")
+    config = uvicorn.Config(
+        _recording(server.streamable_http_app(), args.refuse_bearer), host="127.0.0.1", port=0, log_level="warning"
+    )
     uv = uvicorn.Server(config)
 
     async def serve() -> None:

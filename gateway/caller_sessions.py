@@ -1,0 +1,195 @@
+"""Sessions to an upstream made with a caller's own token, for servers that opt in.
+
+By default every request to an upstream goes through one shared session that carries
+the gateway's own credentials from the configuration; a caller's token never leaves
+the gateway. A server configured with `forward_caller_token: true` wants to know who
+is asking (its own access control, audit, per-user quota): requests made for a caller
+who presented a forwardable token (see `gateway.http_guard.forwardable_token`) go
+through a session of that caller's, opened with `Authorization: Bearer <token>`.
+
+Such a session is a full supervised `Upstream` with the shared one's settings, keyed by
+a hash of the token, opened on the caller's first request, closed after `idle_seconds`
+without requests, and at most `max_sessions` are kept (the least recently used idle
+one makes room). They share the shared session's concurrency limit, so the server
+sees no more requests in flight than its `max_concurrent_calls`. Listing, health
+probes, subscriptions and list_changed stay on the shared session: what a server
+lists is the same for everyone in the gateway's catalog.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import anyio
+import anyio.abc
+import mcp_types as types
+
+from gateway.errors import UpstreamUnauthorized
+from gateway.upstream import Upstream, UpstreamEvents, unavailable_error
+
+__all__ = ["CallerSessions", "token_key"]
+
+logger = logging.getLogger(__name__)
+
+
+def token_key(token: str) -> str:
+    """What a session is kept under: never the token itself."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@dataclass
+class _Session:
+    upstream: Upstream
+    last_used: float
+    in_flight: int = 0
+
+
+class _CallerEvents:
+    """A caller's session reports logs and relayed questions like the shared one; its listing
+    and state are its own business (the shared session lists for the catalog)."""
+
+    def __init__(self, owner: UpstreamEvents) -> None:
+        self.owner = owner
+
+    async def listing_changed(self, upstream: Upstream) -> None:
+        return None
+
+    async def state_changed(self, upstream: Upstream) -> None:
+        logger.debug("caller session to %r is %s (%s)", upstream.id, upstream.state, upstream.reason)
+
+    async def resource_updated(self, upstream: Upstream, uri: str) -> None:
+        return None
+
+    async def log_message(self, upstream: Upstream, params: types.LoggingMessageNotificationParams) -> None:
+        await self.owner.log_message(upstream, params)
+
+    async def relay_request(
+        self, upstream: Upstream, request: types.InputRequest
+    ) -> types.InputResponse | types.ErrorData:
+        return await self.owner.relay_request(upstream, request)
+
+
+class CallerSessions:
+    """Per-caller sessions to the servers with `forward_caller_token: true`."""
+
+    def __init__(
+        self,
+        owner: UpstreamEvents,
+        task_group: Callable[[], anyio.abc.TaskGroup],
+        *,
+        idle_seconds: float = 300.0,
+        max_sessions: int = 64,
+    ) -> None:
+        self.owner = owner
+        self.task_group = task_group
+        """Where sessions run: the registry's, so they stop with it."""
+        self.idle_seconds = idle_seconds
+        self.max_sessions = max_sessions
+        self._sessions: dict[tuple[str, str], _Session] = {}
+        self._sweeping = False
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    async def request(
+        self,
+        shared: Upstream,
+        token: str,
+        operation: str,
+        send: Callable[[Any], Awaitable[Any]],
+        *,
+        timeout: float | None = None,
+    ) -> Any:
+        """Run one request on `shared`'s server in the session of the caller holding `token`."""
+        session = await self._session(shared, token)
+        session.in_flight += 1
+        try:
+            return await session.upstream.request(operation, send, timeout=timeout)
+        finally:
+            session.in_flight -= 1
+            session.last_used = anyio.current_time()
+
+    async def _session(self, shared: Upstream, token: str) -> _Session:
+        key = (shared.id, token_key(token))
+        session = self._sessions.get(key)
+        if session is None:
+            session = self._open(shared, token, key)
+        session.last_used = anyio.current_time()
+        upstream = session.upstream
+        if not upstream.connected:
+            session.in_flight += 1  # not swept while it connects
+            try:
+                await upstream.wait_ready(upstream.startup_timeout)
+            finally:
+                session.in_flight -= 1
+        if not upstream.connected:
+            self._close(key)
+            if upstream.unauthorized:
+                raise UpstreamUnauthorized(
+                    f"Server {shared.id!r} refused the caller's token (HTTP {upstream.http_status}); "
+                    "sign in again or ask for access to that server.",
+                    server=shared.id,
+                    details={"http_status": upstream.http_status},
+                )
+            raise unavailable_error(upstream)
+        return session
+
+    def _open(self, shared: Upstream, token: str, key: tuple[str, str]) -> _Session:
+        if len(self._sessions) >= self.max_sessions:
+            self._evict_one()
+        headers = {name: value for name, value in shared.spec.headers.items() if name.lower() != "authorization"}
+        spec = replace(
+            shared.spec,
+            headers={**headers, "Authorization": f"Bearer {token}"},
+            secrets=(*shared.spec.secrets, token),
+            health_interval=0,  # idle sessions are closed instead; a broken one is noticed by its next request
+        )
+        upstream = Upstream(
+            spec,
+            _CallerEvents(self.owner),
+            startup_timeout=shared.startup_timeout,
+            call_timeout=shared.call_timeout,
+            relay_requests=shared.relay_requests,
+        )
+        upstream.limiter = shared.limiter
+        session = self._sessions[key] = _Session(upstream, anyio.current_time())
+        group = self.task_group()
+        group.start_soon(upstream.run, name=f"caller session {shared.id}")
+        if not self._sweeping:
+            self._sweeping = True
+            group.start_soon(self._sweep, name="caller session sweeper")
+        logger.info("opened a caller session to %r (%d open)", shared.id, len(self._sessions))
+        return session
+
+    def _close(self, key: tuple[str, str]) -> None:
+        session = self._sessions.pop(key, None)
+        if session is not None:
+            session.upstream.stop()
+
+    def _evict_one(self) -> None:
+        idle = [(s.last_used, key) for key, s in self._sessions.items() if s.in_flight == 0]
+        if idle:
+            self._close(min(idle)[1])
+
+    def sweep(self) -> None:
+        """Close sessions idle for `idle_seconds` and sessions that lost their connection."""
+        now = anyio.current_time()
+        for key, session in list(self._sessions.items()):
+            if session.in_flight:
+                continue
+            if now - session.last_used >= self.idle_seconds or session.upstream.state == "failed":
+                self._close(key)
+
+    async def _sweep(self) -> None:
+        try:
+            while True:
+                await anyio.sleep(max(0.05, min(self.idle_seconds / 4, 30.0)))
+                self.sweep()
+                if not self._sessions:
+                    return
+        finally:
+            self._sweeping = False
