@@ -223,22 +223,9 @@ def main() -> None:
     if args.transport == "stdio":
         server.run("stdio")
         return
-    import uvicorn
+    from http_runner import serve_http
 
-    app = server.streamable_http_app() if args.transport == "http" else server.sse_app()
-    config = uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning")
-    uv = uvicorn.Server(config)
-
-    async def serve() -> None:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(uv.serve)
-            while not uv.started:
-                await anyio.sleep(0.01)
-            port = uv.servers[0].sockets[0].getsockname()[1]
-            print(f"PORT={port}", flush=True)
-
-    anyio.run(serve)
-    sys.exit(0)
+    serve_http(server.streamable_http_app() if args.transport == "http" else server.sse_app(), args.port)
 
 
 if __name__ == "__main__":

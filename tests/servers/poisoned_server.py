@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
-import anyio
 from mcp.server.mcpserver import Context, MCPServer
 
 POISON = (
@@ -82,22 +80,9 @@ def main() -> None:
     if args.transport == "stdio":
         server.run("stdio")
         return
-    import uvicorn
+    from http_runner import serve_http
 
-    config = uvicorn.Config(
-        _recording(server.streamable_http_app(), args.refuse_bearer), host="127.0.0.1", port=0, log_level="warning"
-    )
-    uv = uvicorn.Server(config)
-
-    async def serve() -> None:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(uv.serve)
-            while not uv.started:
-                await anyio.sleep(0.01)
-            print(f"PORT={uv.servers[0].sockets[0].getsockname()[1]}", flush=True)
-
-    anyio.run(serve)
-    sys.exit(0)
+    serve_http(_recording(server.streamable_http_app(), args.refuse_bearer))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,29 @@
+"""Serve an ASGI app on 127.0.0.1 and print `PORT=<n>` once it listens (what tests wait for).
+
+Shared by the test server scripts; they run as `python tests/servers/<script>.py`, which
+puts this folder on `sys.path`, so they import it as `http_runner`.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import anyio
+
+
+def serve_http(app: Any, port: int = 0) -> None:
+    """Run `app` with uvicorn until killed; print the port it got on stdout."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+
+    async def serve() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server.serve)
+            while not server.started:
+                await anyio.sleep(0.01)
+            print(f"PORT={server.servers[0].sockets[0].getsockname()[1]}", flush=True)
+
+    anyio.run(serve)
+    sys.exit(0)
