@@ -1,5 +1,5 @@
-"""The streamable-HTTP transport: the MCP endpoint, `POST /route`, `GET /healthz` and `/readyz`,
-the listening socket and uvicorn.
+"""The streamable-HTTP transport: the MCP endpoint, `POST /route`, `GET /healthz`, `/readyz` and
+`/metrics`, the listening socket and uvicorn.
 
 Host and Origin headers are checked on every route against DNS rebinding: loopback
 names always pass, others only when listed in `GATEWAY_HTTP__ALLOWED_HOSTS` /
@@ -24,15 +24,25 @@ from gateway.auth import Authenticator
 from gateway.errors import GatewayError
 from gateway.exposure import openai_function
 from gateway.health import is_ready, server_health
-from gateway.http_guard import SecurityMiddleware, principal_in
+from gateway.http_guard import PUBLIC_PATHS, SecurityMiddleware, principal_in
+from gateway.metrics import CONTENT_TYPE
 from gateway.scopes import visible
 from gateway.server import GatewayServer
 from gateway.settings import Settings
 
-__all__ = ["bind_socket", "build_http_app", "route_endpoint", "serve_http", "transport_security"]
+__all__ = [
+    "METRICS_PATH",
+    "bind_socket",
+    "build_http_app",
+    "metrics_endpoint",
+    "route_endpoint",
+    "serve_http",
+    "transport_security",
+]
 
 logger = logging.getLogger(__name__)
 
+METRICS_PATH = "/metrics"
 _LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
 _LOOPBACK_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
 
@@ -77,6 +87,22 @@ async def route_endpoint(gateway: GatewayServer, request: Request) -> Response:
     return JSONResponse({"query": query.strip(), "k": k, "tools": tools, "openai": openai})
 
 
+def metrics_endpoint(gateway: GatewayServer, request: Request) -> Response:
+    """`GET /metrics`: the gateway's Prometheus metrics.
+
+    Its labels name every server and tool, so behind authentication (unless
+    `metrics_public`) only a caller without a profile, who may see everything, reads them.
+    """
+    principal = principal_in(request)
+    if principal is not None and principal.profile is not None and not gateway.settings.http.metrics_public:
+        body = {
+            "error": "insufficient_scope",
+            "error_description": f"{principal.name!r} has a profile; /metrics needs a key or token without one",
+        }
+        return JSONResponse(body, status_code=403)
+    return Response(gateway.registry.metrics.exposition(), media_type=CONTENT_TYPE)
+
+
 def _bad_request(message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=400)
 
@@ -114,6 +140,19 @@ def build_http_app(gateway: GatewayServer, settings: Settings) -> SecurityMiddle
         servers = [server_health(u, gateway.registry) for u in gateway.registry.upstreams.values()]
         return JSONResponse({"ready": ready, "servers": servers}, status_code=status)
 
+    async def metrics(request: Request) -> Response:
+        return metrics_endpoint(gateway, request)
+
+    routes = [
+        Route("/route", route, methods=["POST"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+    ]
+    public_paths: tuple[str, ...] = PUBLIC_PATHS
+    if settings.http.metrics:
+        routes.append(Route(METRICS_PATH, metrics, methods=["GET"]))
+        if settings.http.metrics_public:
+            public_paths += (METRICS_PATH,)
     # The health routes skip the Host check and authentication (`http_guard.PUBLIC_PATHS`):
     # load balancers probe by IP address, without credentials.
     app = gateway.server.streamable_http_app(
@@ -122,11 +161,7 @@ def build_http_app(gateway: GatewayServer, settings: Settings) -> SecurityMiddle
         transport_security=security,
         host=settings.http.host,
         max_request_body_size=max_body,
-        custom_starlette_routes=[
-            Route("/route", route, methods=["POST"]),
-            Route("/healthz", healthz, methods=["GET"]),
-            Route("/readyz", readyz, methods=["GET"]),
-        ],
+        custom_starlette_routes=routes,
     )
     authenticator = Authenticator(gateway.auth) if gateway.auth.enabled else None
     return SecurityMiddleware(
@@ -136,6 +171,7 @@ def build_http_app(gateway: GatewayServer, settings: Settings) -> SecurityMiddle
         endpoint_path=settings.http.path,
         max_body=max_body,
         authenticator=authenticator,
+        public_paths=public_paths,
     )
 
 

@@ -2,7 +2,8 @@
 
 0. `/healthz` and `/readyz` are for load balancers: no Host check (they probe by IP
    address) and no credentials needed; `/readyz` lists the servers only to a caller
-   whose credentials verify, when authentication is on.
+   whose credentials verify, when authentication is on. `/metrics` joins them only when
+   `GATEWAY_HTTP__METRICS_PUBLIC` is true; otherwise it is guarded like `/mcp`.
 1. Host and Origin headers (DNS rebinding): a foreign one gets 403.
 2. `/.well-known/oauth-protected-resource[/<path>]`: the OAuth protected-resource
    metadata (RFC 9728), public, as the MCP authorization spec asks.
@@ -87,8 +88,12 @@ class SecurityMiddleware:
         endpoint_path: str,
         max_body: int,
         authenticator: Authenticator | None = None,
+        public_paths: tuple[str, ...] = PUBLIC_PATHS,
     ) -> None:
+        """`public_paths`: routes served without Host check or credentials (the health probes,
+        and `/metrics` when `GATEWAY_HTTP__METRICS_PUBLIC` says so)."""
         self.app = RequestBodyLimitMiddleware(app, max_body)
+        self.public_paths = public_paths
         self.guard = guard
         self.auth = auth
         self.endpoint_path = endpoint_path
@@ -100,7 +105,7 @@ class SecurityMiddleware:
             await self.app(scope, receive, send)
             return
         request = Request(scope)
-        if scope["path"] in PUBLIC_PATHS:
+        if scope["path"] in self.public_paths:
             await self._public(request, scope, receive, send)
             return
         refused = await self.guard.validate_request(request, is_post=False)

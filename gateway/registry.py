@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from gateway.caller_sessions import CallerSessions
 from gateway.calls import Middleware, ToolCall, compose
 from gateway.calls.breaker import CircuitBreakers
+from gateway.calls.metrics import CallMetrics
 from gateway.calls.plugin_hooks import PluginHooks
 from gateway.calls.retry import Retries
 from gateway.calls.timeout import apply_timeout
@@ -31,6 +32,7 @@ from gateway.calls.validation import ArgumentValidator
 from gateway.catalog import Catalog, Entry, ServerListing, build_catalog
 from gateway.config import ConfigError, GatewayConfig, ServerConfig, validate_plugin_settings
 from gateway.errors import ExecutionError, ToolNotFound
+from gateway.metrics import GatewayMetrics
 from gateway.plugins import PluginManager
 from gateway.relay import Relay
 from gateway.settings import Settings
@@ -225,8 +227,12 @@ class Registry:
         self.plugins = plugins
         """The plugin manager, for hooks other parts call (e.g. the router's `gateway_enrich_tool`)."""
         resilience = settings.resilience
+        self.metrics = GatewayMetrics()
+        """This gateway's Prometheus metrics (`GET /metrics` on HTTP): its own registry, not the global one."""
+        self.metrics.watch_registry(self)
         self.breakers = CircuitBreakers(resilience.breaker_failures, resilience.breaker_reset_seconds)
         self.call_chain: list[Middleware] = [
+            CallMetrics(self.metrics),
             ArgumentValidator(),
             Retries(
                 resilience.retry_attempts,
@@ -238,7 +244,7 @@ class Registry:
             apply_timeout,
         ]
         if plugins is not None and _has_call_hooks(plugins):
-            self.call_chain.insert(0, PluginHooks(plugins))
+            self.call_chain.insert(1, PluginHooks(plugins))
         """What every proxied tool call runs through, outermost first (see `gateway.calls`)."""
         self._run_call = compose(self.call_chain)
         self._offline_tools: dict[str, Entry[types.Tool]] = {}

@@ -53,6 +53,7 @@ from gateway.exposure import (
 )
 from gateway.http_guard import forwardable_token, principal_in
 from gateway.limits import cap_result, check_arguments, check_session_calls
+from gateway.metrics import SearchStatus
 from gateway.registry import ChangeKind, Registry
 from gateway.relay import Exchange, ExchangeTable, connection_of
 from gateway.router.base import SearchHit
@@ -190,6 +191,8 @@ class GatewayServer:
                 on_completion=self._complete,
                 on_set_logging_level=self._set_logging_level,
             )
+        if router is not None:
+            registry.metrics.watch_router(router)
         self.server.middleware.append(self._track_connection)
         self.server.instructions = self._instructions()
         registry.change_listeners.append(self._on_catalog_change)
@@ -393,14 +396,19 @@ class GatewayServer:
         started = time.perf_counter()
         tools = self.registry.catalog.tools
         hidden = len(tools) - len(visible_names(principal, tools))
+        status: SearchStatus = "error"
         try:
             hits = await self.router.search(query, limit + hidden, self.settings.routing.threshold)
             if hidden:
                 hits = [h for h in hits if h.name in tools and visible(principal, tools[h.name])][:limit]
+            status = "success"
         except TimeoutError:
+            status = "timeout"
             raise GatewayError(
                 f"Tool search took longer than {self.settings.routing.search_timeout:g} s; try again."
             ) from None
+        finally:
+            self.registry.metrics.observe_search(status, time.perf_counter() - started)
         logger.info(
             "search query_chars=%d results=%d ms=%.1f", len(query), len(hits), (time.perf_counter() - started) * 1000
         )

@@ -45,7 +45,18 @@ class HttpSettings(BaseModel):
         default_factory=list,
         description="Extra Origin header values accepted besides loopback ones (DNS-rebinding guard).",
     )
-    stateless: bool = False
+    stateless: bool = Field(
+        default=False,
+        description="Serve without sessions, so replicas behind a load balancer need no session affinity.",
+    )
+    metrics: bool = Field(default=True, description="Serve Prometheus metrics at GET /metrics.")
+    metrics_public: bool = Field(
+        default=False,
+        description=(
+            "Serve /metrics like the health probes: no credentials and no Host check (for a scraper on a "
+            "private network). False: /metrics needs the same credentials as /mcp, from a caller with no profile."
+        ),
+    )
 
 
 class PluginSettings(BaseModel):

@@ -202,6 +202,8 @@ class Router:
         self._update_lock = threading.Lock()
         self.embedded_documents = 0
         """How many documents this router has embedded itself (not found in memory or cache)."""
+        self.cached_documents = 0
+        """How many documents' vectors this router found in the embedding cache instead."""
 
     @property
     def dense(self) -> bool:
@@ -285,7 +287,9 @@ class Router:
         found: dict[str, Vector] = {k: self._vectors[k] for k in keys if k in self._vectors}
         missing = [k for k in dict.fromkeys(keys) if k not in found]
         if missing and self._cache is not None:
-            found.update(self._cache.get_many(missing))
+            from_cache = self._cache.get_many(missing)
+            self.cached_documents += len(from_cache)
+            found.update(from_cache)
             missing = [k for k in missing if k not in found]
         if missing:
             text_of = dict(zip(keys, documents, strict=True))

@@ -1,0 +1,186 @@
+"""Prometheus metrics of one gateway, served as `GET /metrics` on the HTTP transport.
+
+Each gateway owns its own `CollectorRegistry` (never the library's global default), so
+several gateways in one process, and the tests, count apart. Two kinds of figures:
+
+- events, counted as they happen: tool calls by server, tool and status; errors by
+  code; call latency by server; calls in flight; searches and their latency (the call
+  chain's `gateway.calls.metrics` middleware and `GatewayServer.search` record them);
+- states, read when Prometheus scrapes: each upstream's state and circuit breaker, the
+  router's embedding work, and records the records store had to drop (a callable,
+  plugged in with `watch_records_dropped`).
+
+Label values are server ids, exposed tool names, error codes and fixed words: never
+arguments, queries or results.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Literal, get_args
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gateway.calls.breaker import BreakerState
+from gateway.upstream import ServerState
+
+if TYPE_CHECKING:
+    from gateway.registry import Registry
+    from gateway.router.service import RouterService
+
+__all__ = ["CONTENT_TYPE", "CallStatus", "GatewayMetrics", "SearchStatus"]
+
+logger = logging.getLogger(__name__)
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+"""The media type of `GatewayMetrics.exposition()`: the Prometheus text format."""
+
+CallStatus = Literal["success", "error", "timeout", "cancelled"]
+SearchStatus = Literal["success", "error", "timeout"]
+
+CALL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+"""Seconds: from an in-memory plugin's sub-millisecond answer to a slow remote tool's minutes."""
+SEARCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+"""Seconds: a warm search takes milliseconds, one waiting for the first index up to its timeout."""
+
+SERVER_STATES: tuple[str, ...] = get_args(ServerState)
+BREAKER_STATES: tuple[str, ...] = get_args(BreakerState)
+
+
+class GatewayMetrics:
+    """Every metric of one gateway, in its own registry. Recording is cheap and never raises."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.calls = Counter(
+            "mcp_gateway_tool_calls", "Proxied tool calls, by outcome.", ["server", "tool", "status"], registry=r
+        )
+        self.errors = Counter(
+            "mcp_gateway_tool_call_errors",
+            "Tool calls that failed, by error code (tool_error: the server's own error result).",
+            ["server", "code"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "mcp_gateway_tool_call_duration_seconds",
+            "Time from the call entering the call chain to its result, retries included.",
+            ["server"],
+            buckets=CALL_BUCKETS,
+            registry=r,
+        )
+        self.in_flight = Gauge("mcp_gateway_tool_calls_in_flight", "Tool calls running now.", ["server"], registry=r)
+        self.searches = Counter("mcp_gateway_searches", "Tool searches, by outcome.", ["status"], registry=r)
+        self.search_latency = Histogram(
+            "mcp_gateway_search_duration_seconds",
+            "Time a tool search took (search_tools, POST /route).",
+            buckets=SEARCH_BUCKETS,
+            registry=r,
+        )
+        self._state = _StateCollector()
+        r.register(self._state)
+
+    # ---- what is read at scrape time ------------------------------------------------
+
+    def watch_registry(self, registry: Registry) -> None:
+        """Report this registry's upstream states and circuit breakers."""
+        self._state.registry = registry
+
+    def watch_router(self, router: RouterService) -> None:
+        """Report the router's embedding work (documents embedded vs found in the cache)."""
+        self._state.router = router
+
+    def watch_records_dropped(self, dropped: Callable[[], int]) -> None:
+        """Report `dropped()` as `mcp_gateway_records_dropped_total`: records the store lost
+        (buffer full, database down). The records writer exposes such a count."""
+        self._state.records_dropped = dropped
+
+    # ---- events -----------------------------------------------------------------------
+
+    def observe_call(self, server: str, tool: str, status: CallStatus, code: str | None, seconds: float) -> None:
+        self.calls.labels(server, tool, status).inc()
+        if code is not None:
+            self.errors.labels(server, code).inc()
+        self.latency.labels(server).observe(seconds)
+
+    def observe_search(self, status: SearchStatus, seconds: float) -> None:
+        self.searches.labels(status).inc()
+        self.search_latency.observe(seconds)
+
+    def exposition(self) -> bytes:
+        """Every metric in the Prometheus text format (`CONTENT_TYPE`)."""
+        return generate_latest(self.registry)
+
+
+class _StateCollector(Collector):
+    """Reads states when scraped, so a gauge is never stale and nothing polls in between."""
+
+    def __init__(self) -> None:
+        self.registry: Registry | None = None
+        self.router: RouterService | None = None
+        self.records_dropped: Callable[[], int] | None = None
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # families depend on what is watched; describing none keeps registration lazy
+
+    def collect(self) -> Iterator[Metric]:
+        if self.registry is not None:
+            yield from self._upstreams(self.registry)
+        if self.router is not None:
+            yield from self._router(self.router)
+        if self.records_dropped is not None:
+            yield from self._records_dropped(self.records_dropped)
+
+    def _upstreams(self, registry: Registry) -> Iterator[Metric]:
+        states = GaugeMetricFamily(
+            "mcp_gateway_upstream_state",
+            "1 for the state each upstream server is in, 0 for the others.",
+            labels=["server", "state"],
+        )
+        breakers = GaugeMetricFamily(
+            "mcp_gateway_circuit_breaker_state",
+            "1 for the state of each server's circuit breaker, 0 for the others.",
+            labels=["server", "state"],
+        )
+        for upstream in list(registry.upstreams.values()):
+            for state in SERVER_STATES:
+                states.add_metric([upstream.id, state], 1.0 if upstream.state == state else 0.0)
+            breaker = registry.breakers.state(upstream.id)
+            for state in BREAKER_STATES:
+                breakers.add_metric([upstream.id, state], 1.0 if breaker == state else 0.0)
+        yield states
+        yield breakers
+
+    def _router(self, service: RouterService) -> Iterator[Metric]:
+        router = service.router
+        dense = GaugeMetricFamily(
+            "mcp_gateway_router_semantic", "1 once searches use the embedding model, 0 while BM25 alone serves."
+        )
+        dense.add_metric([], 1.0 if router is not None and router.dense else 0.0)
+        yield dense
+        embedded = CounterMetricFamily(
+            "mcp_gateway_router_documents_embedded", "Tool documents this process embedded with the model."
+        )
+        embedded.add_metric([], float(router.embedded_documents if router is not None else 0))
+        yield embedded
+        cached = CounterMetricFamily(
+            "mcp_gateway_router_documents_cached",
+            "Tool documents whose embedding came from the embedding cache (SQLite file or PostgreSQL).",
+        )
+        cached.add_metric([], float(router.cached_documents if router is not None else 0))
+        yield cached
+
+    def _records_dropped(self, dropped: Callable[[], int]) -> Iterator[Metric]:
+        try:
+            value = float(dropped())
+        except Exception:  # boundary: a scrape must not fail because one source did
+            logger.exception("metrics: reading the records store's dropped count failed")
+            return
+        family = CounterMetricFamily(
+            "mcp_gateway_records_dropped", "Execution records lost without being written (buffer full, store down)."
+        )
+        family.add_metric([], value)
+        yield family
