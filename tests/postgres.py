@@ -1,8 +1,10 @@
 """A real PostgreSQL server on 127.0.0.1 for tests, started and stopped by a pytest fixture.
 
-The server binaries come from the `pgserver` package (PyPI, in the test extra), which
-ships PostgreSQL 16 for Linux and macOS; only its binaries are used, not its Python
-API (which changes the permissions of every parent directory when run as root).
+The server binaries are Debian's (the `postgresql` package, which `scripts/test`
+installs when it can: /usr/lib/postgresql/<version>/bin, the newest version found), or
+else those of the `pgserver` package (PyPI, in the test extra), which ships PostgreSQL
+16 for Linux and macOS; only its binaries are used, not its Python API (which changes
+the permissions of every parent directory when run as root).
 PostgreSQL refuses to run as root, so as root the server runs as the `nobody` user,
 from a copy of the binaries that user can read when the installed ones are out of its
 reach. One server serves the whole test session (start-up takes about a second);
@@ -47,10 +49,16 @@ class PostgresServer:
     password: str
     home: Path
     """The temporary directory holding the data directory, the log and (as root) the binaries."""
+    binaries: Path
+    """The installation the server runs from (its `bin/` holds `postgres`)."""
 
     def url(self, database: str = "postgres") -> str:
         """A URL without the password (give it separately, as the sql plugin's password_env does)."""
         return f"postgresql://{self.user}@127.0.0.1:{self.port}/{database}"
+
+    def url_with_password(self, database: str = "postgres") -> str:
+        """A URL with the password in it, as `GATEWAY_DATABASE_URL` takes it."""
+        return f"postgresql://{self.user}:{self.password}@127.0.0.1:{self.port}/{database}"
 
     def connect(self, database: str = "postgres", **kwargs: Any) -> Any:
         import psycopg
@@ -63,7 +71,17 @@ class PostgresServer:
         return path.read_text(errors="replace") if path.exists() else ""
 
 
-def _installed_binaries() -> Path:
+DEBIAN_INSTALLS = "/usr/lib/postgresql/*"
+
+
+def _debian_binaries() -> Path | None:
+    """The newest PostgreSQL installed from Debian's packages, if any."""
+    installs = [p for p in Path("/").glob(DEBIAN_INSTALLS.lstrip("/")) if (p / "bin" / "postgres").is_file()]
+    versions = [(int(p.name), p) for p in installs if p.name.isdigit()]
+    return max(versions)[1] if versions else None
+
+
+def _pgserver_binaries() -> Path:
     spec = importlib.util.find_spec("pgserver")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("the PostgreSQL test server needs the pgserver package: pip install -e '.[test]'")
@@ -87,8 +105,11 @@ def _as_user() -> dict[str, Any]:
 
 
 def _reachable_binaries(home: Path) -> Path:
-    """The installed binaries if the server's user can run them, else a copy under `home`."""
-    install = _installed_binaries()
+    """Debian's binaries; else pgserver's if the server's user can run them, else a copy of those under `home`."""
+    debian = _debian_binaries()
+    if debian is not None:
+        return debian
+    install = _pgserver_binaries()
     try:
         check = subprocess.run(
             [str(install / "bin" / "postgres"), "--version"], capture_output=True, check=False, **_as_user()
@@ -157,7 +178,7 @@ def start_postgres(home: Path) -> PostgresServer:
         **_as_user(),
     )  # fmt: skip
     log.close()
-    server = PostgresServer(process, port, "postgres", password, home)
+    server = PostgresServer(process, port, "postgres", password, home, install)
     _wait_until_ready(server)
     return server
 

@@ -1,4 +1,5 @@
 """The embedding cache: tool embeddings on disk in SQLite, so a restart embeds only what changed.
+(`open_embedding_cache` picks PostgreSQL instead when the deployment has one: `cache_postgres`.)
 
 Keys are `cache_key(model_id, document)`: a new model, or a changed tool description, is
 simply a miss. Vectors are stored as little-endian float32 and come back bit-for-bit.
@@ -19,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from gateway.router.base import Vector
+from gateway.router.base import EmbeddingCache, Vector
 
-__all__ = ["SqliteEmbeddingCache", "cache_key"]
+__all__ = ["SqliteEmbeddingCache", "cache_key", "is_postgres_url", "open_embedding_cache"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +37,25 @@ CREATE TABLE IF NOT EXISTS embeddings (
     vector BLOB NOT NULL
 )
 """
+
+
+def is_postgres_url(url: str) -> bool:
+    return url.lower().startswith(("postgresql://", "postgres://"))
+
+
+def open_embedding_cache(database_url: str | None, data_dir: Path) -> EmbeddingCache:
+    """The embedding cache of this deployment: PostgreSQL when `GATEWAY_DATABASE_URL` names one
+    (shared by every replica), else `embeddings.sqlite` in the data dir (this machine's own)."""
+    if not database_url:
+        return SqliteEmbeddingCache(data_dir / "embeddings.sqlite")
+    if is_postgres_url(database_url):
+        from gateway.router.cache_postgres import PostgresEmbeddingCache
+
+        return PostgresEmbeddingCache(database_url)
+    raise ValueError(
+        "GATEWAY_DATABASE_URL must be a postgresql:// URL (or unset, for SQLite files in the data dir); "
+        f"got one starting with {database_url.split(':', 1)[0]!r}"
+    )
 
 
 def cache_key(model_id: str, document: str) -> str:

@@ -58,12 +58,13 @@ def load_router_embedder(settings: Settings, pm: PluginManager | None) -> Embedd
 
 
 def build_router(settings: Settings, pm: PluginManager | None) -> Router:
-    """The configured router: the embedder (or BM25 alone) and the on-disk embedding cache."""
-    from gateway.router.cache import SqliteEmbeddingCache
+    """The configured router: the embedder (or BM25 alone) and the embedding cache (SQLite in the
+    data dir, or the PostgreSQL database of `GATEWAY_DATABASE_URL`, shared by replicas)."""
+    from gateway.router.cache import open_embedding_cache
     from gateway.router.index import Router
 
     embedder = load_router_embedder(settings, pm)
-    cache = SqliteEmbeddingCache(settings.data_dir / "embeddings.sqlite") if embedder is not None else None
+    cache = open_embedding_cache(settings.database_url, settings.data_dir) if embedder is not None else None
     return Router(embedder, cache=cache)
 
 
@@ -166,9 +167,11 @@ class RouterService:
             logger.exception("router: the embedding index could not be built; searching with BM25 alone")
         self.complete.set()
         logger.info(
-            "router: %s, ready in %.1f s",
+            "router: %s, ready in %.1f s (%d tool documents embedded, %d from the embedding cache)",
             "embeddings + BM25" if self.router.dense else "BM25 only",
             time.perf_counter() - started,
+            self.router.embedded_documents,
+            self.router.cached_documents,
         )
         while True:
             await self._dirty.wait()
