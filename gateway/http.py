@@ -123,6 +123,12 @@ def build_http_app(gateway: GatewayServer, settings: Settings) -> SecurityMiddle
     authentication, rate limits, body size)."""
     security = transport_security(settings)
     guard = TransportSecurityMiddleware(security)
+    gateway.stateless = settings.http.stateless
+    if settings.http.stateless and settings.routing.mode == "dynamic":
+        logger.warning(
+            "GATEWAY_ROUTING__MODE=dynamic keeps found tools per session; under stateless HTTP there are "
+            "none, so clients see it as `search`"
+        )
     max_body = gateway.security.limits.max_request_bytes
 
     async def route(request: Request) -> Response:

@@ -36,6 +36,7 @@ import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 __all__ = ["Exchange", "ExchangeTable", "Relay", "RelayScope", "connection_of"]
 
@@ -124,6 +125,12 @@ class Relay:
                 f"Server {upstream_id!r} asked for {what} outside of any client request; the gateway "
                 "relays such questions only while a client's request to that server is in progress."
             )
+        if not _can_carry_requests(scope):
+            return _refuse(
+                f"Server {upstream_id!r} asked for {what}, but the client's connection cannot carry "
+                "server-to-client requests (stateless HTTP has no session to send them on; a 2026-07-28 "
+                "client can answer them, or use a gateway that keeps sessions)."
+            )
         if not _client_supports(scope.ctx, request):
             return _refuse(
                 f"Server {upstream_id!r} asked for {what}, which the client connected to the gateway does not support."
@@ -148,6 +155,14 @@ class Relay:
 def connection_of(ctx: ServerRequestContext[Any, Any]) -> Any:
     """The SDK's per-client `Connection` behind a request (not public API in mcp 2.3)."""
     return getattr(ctx.session, "_connection", None)
+
+
+def _can_carry_requests(scope: RelayScope) -> bool:
+    """False for a handshake-era request over stateless HTTP: it has no session, so not even its
+    capabilities are known, and nothing can be sent back on it but its own response."""
+    if scope.exchange is not None or scope.ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        return True
+    return scope.ctx.session.can_send_request
 
 
 def _refuse(message: str) -> types.ErrorData:

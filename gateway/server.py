@@ -160,6 +160,9 @@ class GatewayServer:
         self.registry = registry
         self.settings = settings
         self.router = router
+        self.stateless = False
+        """True under stateless HTTP (`GATEWAY_HTTP__STATELESS`): every request is its own connection,
+        so nothing is kept per session (dynamic lists, call counts, subscriptions)."""
         self.auth = auth or AuthConfig()
         self.security = security or SecurityConfig()
         self._session_calls: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
@@ -360,7 +363,7 @@ class GatewayServer:
         if hidden:
             raise tool_not_found(params.name, visible_names(principal, tools))
         connection = connection_of(ctx)
-        if connection is not None:
+        if connection is not None and not self.stateless:
             made = self._session_calls[connection] = self._session_calls.get(connection, 0) + 1
             check_session_calls(made, self.security.limits)
         check_arguments(params.arguments, self.security.limits)
@@ -377,7 +380,7 @@ class GatewayServer:
         except ArgumentError as exc:
             return error_result(InvalidArguments(str(exc)))
         hits = await self.search(query, limit, principal_in(ctx.request))
-        if mode_for(ctx.request, self.settings.routing.mode) == "dynamic":
+        if mode_for(ctx.request, self.settings.routing.mode) == "dynamic" and not self.stateless:
             await self._grow_session(ctx, [h.name for h in hits])
         payload = [tool_payload(hit) for hit in hits]
         text = json.dumps(payload, ensure_ascii=False) if payload else f"No tool matches {query!r}."
@@ -512,6 +515,12 @@ class GatewayServer:
         self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams
     ) -> types.EmptyResult:
         await self._settled()
+        if self.stateless:
+            raise MCPError(
+                types.INVALID_REQUEST,
+                "Resource subscriptions need a session, and this gateway serves stateless HTTP: read the "
+                "resource again when you need it, or listen with subscriptions/listen (2026-07-28 clients).",
+            )
         upstream, original = self._resource(params.uri, ctx)
         await self._as_protocol_error(upstream.subscribe(original))
         connection = connection_of(ctx)
@@ -610,8 +619,13 @@ class GatewayServer:
         if params.request_state is not None and ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             resumed = self.exchanges.take(params.request_state)
             if resumed is None:
+                where = (
+                    " (behind a load balancer, answers must reach the replica that asked: they are not shared)"
+                    if self.stateless
+                    else ""
+                )
                 raise MCPError(
-                    types.INVALID_PARAMS, "Unknown or expired request_state: send the original request again."
+                    types.INVALID_PARAMS, f"Unknown or expired request_state: send the original request again{where}."
                 )
             resumed.ctx = ctx
             resumed.answer(params.input_responses)

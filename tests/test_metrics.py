@@ -11,7 +11,6 @@ import anyio
 import httpx2
 import pytest
 from mcp import Client
-from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.auth import hash_key, new_key
 from gateway.metrics import GatewayMetrics
@@ -21,24 +20,10 @@ from gateway.server import GatewayServer
 from gateway.settings import EmbeddingSettings, RoutingSettings, Settings
 from gateway.upstream import UpstreamSpec
 from tests.conftest import start_gateway_http, stop_process, write_config
+from tests.prometheus import samples, value
 from tests.servers.demo_server import create_server
 
 pytestmark = pytest.mark.anyio
-
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def samples(text: str) -> Samples:
-    """Every sample of an exposition, by name and sorted labels."""
-    found: Samples = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return found
-
-
-def value(found: Samples, name: str, **labels: str) -> float | None:
-    return found.get((name, tuple(sorted(labels.items()))))
 
 
 @asynccontextmanager
