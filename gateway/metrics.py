@@ -80,6 +80,8 @@ class GatewayMetrics:
             buckets=SEARCH_BUCKETS,
             registry=r,
         )
+        self._call_children: dict[tuple[str, str, str], Counter] = {}
+        self._server_children: dict[str, tuple[Gauge, Histogram]] = {}
         self._state = _StateCollector()
         r.register(self._state)
 
@@ -101,10 +103,21 @@ class GatewayMetrics:
     # ---- events -----------------------------------------------------------------------
 
     def observe_call(self, server: str, tool: str, status: CallStatus, code: str | None, seconds: float) -> None:
-        self.calls.labels(server, tool, status).inc()
+        key = (server, tool, status)
+        counter = self._call_children.get(key)
+        if counter is None:
+            counter = self._call_children[key] = self.calls.labels(server, tool, status)
+        counter.inc()
         if code is not None:
             self.errors.labels(server, code).inc()
-        self.latency.labels(server).observe(seconds)
+        self.server_children(server)[1].observe(seconds)
+
+    def server_children(self, server: str) -> tuple[Gauge, Histogram]:
+        """The in-flight gauge and latency histogram of one server (`labels()` looked up once)."""
+        children = self._server_children.get(server)
+        if children is None:
+            children = self._server_children[server] = (self.in_flight.labels(server), self.latency.labels(server))
+        return children
 
     def observe_search(self, status: SearchStatus, seconds: float) -> None:
         self.searches.labels(status).inc()

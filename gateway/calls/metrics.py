@@ -40,7 +40,7 @@ class CallMetrics:
 
     async def __call__(self, call: ToolCall, call_next: CallHandler) -> types.CallToolResult:
         metrics = self.metrics
-        in_flight = metrics.in_flight.labels(call.server)
+        in_flight = metrics.server_children(call.server)[0]
         in_flight.inc()
         started = time.perf_counter()
         status: CallStatus = "error"
