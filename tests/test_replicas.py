@@ -261,3 +261,19 @@ async def test_a_2026_client_answers_sampling_on_one_replica_and_is_told_why_not
         async with replicas.client(sampling_callback=_sample) as (client, _):
             with pytest.raises(MCPError, match="answers must reach the replica that asked"):
                 await client.call_tool("mem__ask_llm", {"question": "the answer?"})
+
+
+async def test_a_2026_client_listening_on_one_replica_hears_its_list_changes(replicas: Replicas) -> None:
+    """Runs last: `mem__grown` then exists on replica 0 only."""
+
+    async def tool_names() -> set[str]:
+        return {t.name for t in (await client.list_tools(cache_mode="refresh")).tools}
+
+    with anyio.fail_after(60):
+        async with replicas.client(pin=0) as (client, _), client.listen(tools_list_changed=True) as subscription:
+            await client.call_tool("mem__grow", {})
+            async for event in subscription:
+                assert type(event).__name__ == "ToolsListChanged"
+                if "mem__grown" in await tool_names():
+                    break
+            assert _text(await client.call_tool("mem__grown", {})) == "grown"
