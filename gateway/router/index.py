@@ -39,7 +39,9 @@ from gateway.router.base import Embedder, EmbeddingCache, Matrix, SearchHit, Too
 from gateway.router.bm25 import BM25Index
 from gateway.router.cache import cache_key
 from gateway.router.documents import dense_document, split_identifier, tool_document, tool_short_name, truncate
+from gateway.router.learning import LearningConfig, UsageModel, lexical_vector
 from gateway.router.query import compact_query
+from gateway.router.signals import UsageSignal
 
 __all__ = ["EMBED_BATCH", "Router", "RouterConfig", "split_query"]
 
@@ -178,12 +180,15 @@ class _Snapshot:
     """Row -> index of the tool's server (only with `server_weight`)."""
     server_matrix: Matrix | None = None
     server_bm25: BM25Index | None = None
+    row_of: dict[str, int] = field(default_factory=dict)
+    """Tool name -> row."""
 
 
 class Router:
     """Ranks tools for a request: embeddings and BM25, fused (see `RouterConfig`).
 
-    With `embedder=None` it ranks with BM25 alone (`dense` is False).
+    With `embedder=None` it ranks with BM25 alone (`dense` is False). With `learning`, it
+    learns from usage signals (`learn`) and adjusts its ranking by what it learnt.
     """
 
     def __init__(
@@ -192,10 +197,13 @@ class Router:
         *,
         cache: EmbeddingCache | None = None,
         config: RouterConfig | None = None,
+        learning: LearningConfig | None = None,
     ) -> None:
         self._embedder = embedder
         self._cache = cache
         self.config = config or RouterConfig()
+        self.usage = UsageModel(learning) if learning is not None else None
+        """What use taught this router; None: it does not learn."""
         self._snapshot = _Snapshot()
         self._vectors: dict[str, Vector] = {}
         """The vectors of the indexed documents, by cache key."""
@@ -277,6 +285,7 @@ class Router:
                 server_of=server_of,
                 server_matrix=server_matrix,
                 server_bm25=server_bm25,
+                row_of={r.name: i for i, r in enumerate(ordered)},
             )
 
     def _embed_all(self, documents: Sequence[str], progress: Callable[[int, int], None] | None) -> Matrix:
@@ -316,11 +325,14 @@ class Router:
 
     # ------------------------------------------------------------------ search
 
-    def search(self, query: str, k: int = 8, threshold: float = 0.0) -> list[SearchHit]:
+    def search(self, query: str, k: int = 8, threshold: float = 0.0, *, learned: bool = True) -> list[SearchHit]:
         """The `k` best tools for `query` that score at least `threshold`, best first.
 
         Scores are in 0..1; equal scores are ordered by tool name, so the first `k` of a
-        longer list are the list for `k`. Raises ValueError for an empty query or k < 1.
+        longer list are the list for `k`. What the router learnt from use (`learn`) is
+        added to each tool's score before the cut, then scores are clipped to 0..1;
+        `learned=False` ranks as if nothing had been learnt. Raises ValueError for an
+        empty query or k < 1.
         """
         if not query or not query.strip():
             raise ValueError("the search query is empty")
@@ -337,7 +349,11 @@ class Router:
             steps = split_query(query, clauses=cfg.split == "clauses")
             if len(steps) > 1:
                 queries.extend(steps)
-        scores = self._scores(snap, queries)
+        vectors = self._embed_queries([self._embedded_text(q) for q in queries]) if self._uses_dense(snap) else None
+        scores = self._scores(snap, queries, vectors)
+        if learned and self.usage is not None and len(self.usage):
+            learnt = self.usage.adjustments(vectors[0] if vectors is not None else lexical_vector(query))
+            self._adjust(snap, scores, learnt)
         k = min(k, n)
         if len(queries) == 1:
             picked = [(int(i), float(scores[0, i])) for i in _top(scores[0], k)]
@@ -353,6 +369,60 @@ class Router:
             if s >= threshold
         ]
 
+    # ------------------------------------------------------------------ learning
+
+    def learn(self, signals: Sequence[UsageSignal]) -> int:
+        """Add usage signals to what this router learnt; returns how many new queries were embedded.
+
+        Only queries not seen before are embedded (through the embedding cache, when there
+        is one). Synchronous (it may run the model): call it from a worker thread.
+        Searches running meanwhile use what was learnt before.
+        """
+        usage = self.usage
+        if usage is None:
+            raise RuntimeError("this router was built without learning")
+        new = usage.new_queries(signals)
+        usage.add(signals, dict(zip(new, self._signal_vectors(new), strict=True)))
+        return len(new)
+
+    def forget(self) -> None:
+        """Drop everything learnt (the configuration stays)."""
+        if self.usage is not None:
+            self.usage = UsageModel(self.usage.config)
+
+    def _signal_vectors(self, queries: Sequence[str]) -> list[Vector]:
+        """The vectors signal queries are compared by: as a search embeds them, or lexical ones."""
+        if not queries:
+            return []
+        if not self.dense or self._embedder is None:
+            return [lexical_vector(q) for q in queries]
+        texts = [self._embedded_text(q.strip()) for q in queries]
+        model_id = self._embedder.model_id
+        keys = [cache_key(model_id, "query\0" + t) for t in texts]
+        found = dict(self._cache.get_many(keys)) if self._cache is not None else {}
+        todo = [(key, text) for key, text in dict(zip(keys, texts, strict=True)).items() if key not in found]
+        for start in range(0, len(todo), EMBED_BATCH):
+            batch = todo[start : start + EMBED_BATCH]
+            new = dict(zip([key for key, _ in batch], self._embed_queries([t for _, t in batch]), strict=True))
+            found.update(new)
+            if self._cache is not None:
+                self._cache.put_many(new)
+        return [found[key] for key in keys]
+
+    def _adjust(self, snap: _Snapshot, scores: npt.NDArray[np.float32], learnt: dict[str, float]) -> None:
+        """Add each tool's learnt adjustment to its scores (every row), clipped to 0..1."""
+        rows = [(snap.row_of[name], value) for name, value in learnt.items() if name in snap.row_of]
+        if not rows:
+            return
+        columns = np.array([row for row, _ in rows], dtype=np.intp)
+        scores[:, columns] = np.clip(scores[:, columns] + np.array([v for _, v in rows], dtype=np.float32), 0.0, 1.0)
+
+    def _uses_dense(self, snap: _Snapshot) -> bool:
+        return snap.matrix is not None and self.config.fusion != "bm25"
+
+    def _embedded_text(self, query: str) -> str:
+        return query if self.config.query_text == "raw" else compact_query(query)
+
     def _embed_queries(self, texts: Sequence[str]) -> Matrix:
         embedder = self._embedder
         assert embedder is not None
@@ -363,10 +433,10 @@ class Router:
             return np.asarray(batch(list(texts)), dtype=np.float32)
         return np.stack([np.asarray(embedder.embed_query(t), dtype=np.float32) for t in texts])
 
-    def _scores(self, snap: _Snapshot, queries: Sequence[str]) -> npt.NDArray[np.float32]:
-        """Tool scores in 0..1, one row per query."""
+    def _scores(self, snap: _Snapshot, queries: Sequence[str], vectors: Matrix | None) -> npt.NDArray[np.float32]:
+        """Tool scores in 0..1, one row per query; `vectors` are the queries' embeddings (dense only)."""
         cfg = self.config
-        use_dense = snap.matrix is not None and cfg.fusion != "bm25"
+        use_dense = vectors is not None
         use_bm25 = not use_dense or cfg.fusion != "dense"
         servers = cfg.server_weight > 0 and snap.server_bm25 is not None
         n_servers = len(snap.server_bm25) if snap.server_bm25 is not None else 0
@@ -382,8 +452,7 @@ class Router:
             tool: npt.NDArray[np.floating] = bm25
             server: npt.NDArray[np.floating] = server_bm25
         else:
-            assert snap.matrix is not None
-            vectors = self._embed_queries(queries if cfg.query_text == "raw" else [compact_query(q) for q in queries])
+            assert snap.matrix is not None and vectors is not None
             cosine = np.clip(_dot(vectors, snap.matrix), 0.0, 1.0)
             if snap.full_matrix is not None:
                 w_full = cfg.full_document_weight
