@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 __all__ = [
     "EmbeddingSettings",
     "HttpSettings",
+    "LearningSettings",
     "PluginSettings",
     "ResilienceSettings",
     "RoutingSettings",
@@ -115,6 +116,28 @@ class RoutingSettings(BaseModel):
     )
 
 
+class LearningSettings(BaseModel):
+    """How the router learns from use (executions and feedback); see docs/architecture.md."""
+
+    enabled: bool = Field(default=True, description="False: rank by content alone, read no usage signals.")
+    max_boost: float = Field(default=0.25, ge=0, le=1, description="Most a tool's 0..1 score is raised by use.")
+    max_penalty: float = Field(
+        default=0.15, ge=0, le=1, description="Most a tool's 0..1 score is lowered by failures and thumbs-down."
+    )
+    max_prior: float = Field(
+        default=0.03, ge=0, le=1, description="Most signals not tied to a search (calls by name) move a tool."
+    )
+    half_life_days: float = Field(default=30.0, gt=0, description="A signal's weight halves every this many days.")
+    min_similarity: float = Field(
+        default=0.3, ge=0, lt=1, description="Signals from requests less similar than this (cosine) are ignored."
+    )
+    half_weight_signals: float = Field(
+        default=2.0, gt=0, description="Agreeing signals from the same request that move a tool half the bound."
+    )
+    max_signals: int = Field(default=100_000, ge=1, description="Most signals kept in memory (the newest).")
+    refresh_seconds: float = Field(default=30.0, gt=0, description="Seconds between reads of new signals.")
+
+
 class ResilienceSettings(BaseModel):
     """How proxied calls survive failing upstreams: retries, circuit breakers, health checks."""
 
@@ -175,5 +198,6 @@ class Settings(BaseSettings):
     http: HttpSettings = Field(default_factory=HttpSettings)
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
+    learning: LearningSettings = Field(default_factory=LearningSettings)
     plugins: PluginSettings = Field(default_factory=PluginSettings)
     resilience: ResilienceSettings = Field(default_factory=ResilienceSettings)

@@ -3,13 +3,17 @@
 Loading the model and embedding tools take seconds; searching takes milliseconds of
 CPU. Both run in a worker thread so the event loop keeps serving, and index updates
 are serialized and coalesced: a burst of list_changed notifications costs one update.
+
+With a `SignalSource` (the records store), the router also learns from use: every
+`GATEWAY_LEARNING__REFRESH_SECONDS` the signals recorded since the last read are fetched
+and learnt in a worker thread (searches meanwhile use what was learnt before).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import anyio
@@ -18,6 +22,8 @@ import anyio.to_thread
 from gateway.errors import GatewayError
 from gateway.progress import TerminalProgress
 from gateway.router.base import Embedder, SearchHit, ToolRecord
+from gateway.router.learning import LearningConfig
+from gateway.router.signals import SignalSource, UsageSignal
 
 if TYPE_CHECKING:
     import mcp_types as types
@@ -25,13 +31,16 @@ if TYPE_CHECKING:
     from gateway.plugins import PluginManager
     from gateway.registry import Registry
     from gateway.router.index import Router
-    from gateway.settings import Settings
+    from gateway.settings import LearningSettings, Settings
 
 __all__ = [
     "RouterService",
     "RouterUnavailable",
+    "SignalCursor",
     "build_router",
     "enrichment",
+    "learning_config",
+    "learning_parameters",
     "load_router_embedder",
     "records_from_registry",
 ]
@@ -57,15 +66,33 @@ def load_router_embedder(settings: Settings, pm: PluginManager | None) -> Embedd
     return load_embedder(settings.embedding, settings.data_dir)
 
 
+def learning_config(settings: Settings) -> LearningConfig | None:
+    """`GATEWAY_LEARNING__*` as the router's `LearningConfig`; None when learning is off."""
+    return learning_parameters(settings.learning) if settings.learning.enabled else None
+
+
+def learning_parameters(s: LearningSettings) -> LearningConfig:
+    """The numbers of `GATEWAY_LEARNING__*`, whether learning is enabled or not (for `eval --replay`)."""
+    return LearningConfig(
+        max_boost=s.max_boost,
+        max_penalty=s.max_penalty,
+        max_prior=s.max_prior,
+        half_life_days=s.half_life_days,
+        min_similarity=s.min_similarity,
+        half_weight_signals=s.half_weight_signals,
+        max_signals=s.max_signals,
+    )
+
+
 def build_router(settings: Settings, pm: PluginManager | None) -> Router:
-    """The configured router: the embedder (or BM25 alone) and the embedding cache (SQLite in the
-    data dir, or the PostgreSQL database of `GATEWAY_DATABASE_URL`, shared by replicas)."""
+    """The configured router: the embedder (or BM25 alone), the embedding cache (SQLite in the
+    data dir, or the PostgreSQL database of `GATEWAY_DATABASE_URL`, shared by replicas), learning."""
     from gateway.router.cache import open_embedding_cache
     from gateway.router.index import Router
 
     embedder = load_router_embedder(settings, pm)
     cache = open_embedding_cache(settings.database_url, settings.data_dir) if embedder is not None else None
-    return Router(embedder, cache=cache)
+    return Router(embedder, cache=cache, learning=learning_config(settings))
 
 
 def records_from_registry(registry: Registry) -> list[ToolRecord]:
@@ -115,18 +142,52 @@ def enrichment(pm: PluginManager | None, tool: types.Tool, server_id: str) -> tu
     return tuple(texts)
 
 
+LATE_SIGNAL_SECONDS = 120.0
+"""How late a signal may reach the source after it happened (buffered writes) and still be
+read: each read asks for signals since the newest one seen minus this, and skips those
+already learnt."""
+
+
+class SignalCursor:
+    """Which signals were already read, so that each read learns only new ones.
+
+    A source returns signals at or after `since`; writes may land late, so reads overlap
+    by `LATE_SIGNAL_SECONDS` and the signals of the overlap already seen are skipped.
+    """
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+        self._seen: set[UsageSignal] = set()
+
+    def new(self, signals: Sequence[UsageSignal]) -> list[UsageSignal]:
+        """The signals of a read not returned before; moves the cursor past them."""
+        fresh = [s for s in dict.fromkeys(signals) if s not in self._seen]
+        if signals:
+            newest = max(s.at for s in signals)
+            since = newest - LATE_SIGNAL_SECONDS
+            if self.since is None or since > self.since:
+                self.since = since
+            self._seen = {s for s in self._seen | set(signals) if s.at >= self.since}
+        return fresh
+
+
 class RouterService:
-    """Owns the `Router` of a running gateway. Start `run()` in the registry's task group."""
+    """Owns the `Router` of a running gateway. Start `run()` in the registry's task group.
+
+    `signals` is where the router learns from (the records store); None: it does not.
+    """
 
     def __init__(
         self,
         registry: Registry,
         settings: Settings,
         make_router: Callable[[], Router],
+        signals: SignalSource | None = None,
     ) -> None:
         self.registry = registry
         self.settings = settings
         self.make_router = make_router
+        self.signals = signals
         self.router: Router | None = None
         self.ready = anyio.Event()
         """Set once the first index is built (BM25 at first)."""
@@ -134,6 +195,13 @@ class RouterService:
         """Set once the full router (with the embedding model, when there is one) serves."""
         self._dirty = anyio.Event()
         self._lock = anyio.Lock()
+        self._cursor = SignalCursor()
+        self._learning_router: Router | None = None
+        """The router the cursor's signals were learnt by (a new router learns them all again)."""
+        self._wake_learning = anyio.Event()
+        self._source_failing = False
+        self.learnt = 0
+        """Signals learnt so far by the current router."""
         registry.change_listeners.append(self._on_change)
 
     async def _on_change(self, kinds: set[str]) -> None:
@@ -147,12 +215,18 @@ class RouterService:
         the model is loaded and the tools embedded. Never raises: a router that cannot
         be built or updated leaves the gateway serving, and search says it is unavailable.
         """
+        async with anyio.create_task_group() as tg:
+            if self.signals is not None and self.settings.learning.enabled:
+                tg.start_soon(self._learn_forever, name="router-learning")
+            await self._index_forever()
+
+    async def _index_forever(self) -> None:
         from gateway.router.index import Router
 
         # The first index covers the servers that connect at start-up (bounded wait);
         # later ones are added when they announce their tools.
         await self.registry.wait_settled(self.settings.list_wait)
-        self.router = Router(None)
+        self.router = Router(None, learning=learning_config(self.settings))
         await self._sync_logged()
         started = time.perf_counter()
         try:
@@ -163,6 +237,7 @@ class RouterService:
                 async with self._lock:
                     await anyio.to_thread.run_sync(lambda: full.update(records, progress=progress))
                     self.router = full
+                self._wake_learning.set()  # the new router learns what the first one had learnt
         except Exception:  # noqa: BLE001 - boundary: lexical search goes on without the model
             logger.exception("router: the embedding index could not be built; searching with BM25 alone")
         self.complete.set()
@@ -208,3 +283,52 @@ class RouterService:
             return await anyio.to_thread.run_sync(
                 lambda: router.search(query, k=k, threshold=threshold), abandon_on_cancel=True
             )
+
+    # ------------------------------------------------------------------ learning
+
+    async def _learn_forever(self) -> None:
+        await self.ready.wait()
+        while True:
+            try:
+                await self.refresh_signals()
+            except Exception:  # noqa: BLE001 - boundary: learning must never stop the gateway
+                logger.exception("router: learning from usage signals failed; the ranking is unchanged")
+            with anyio.move_on_after(self.settings.learning.refresh_seconds):
+                await self._wake_learning.wait()
+            self._wake_learning = anyio.Event()
+
+    async def refresh_signals(self) -> int:
+        """Read the signals recorded since the last read and learn them; returns how many were new.
+
+        A source that fails is logged once (then at debug level until it works again) and
+        read again at the next refresh; searching is never affected.
+        """
+        router = self.router
+        if self.signals is None or router is None or router.usage is None:
+            return 0
+        if router is not self._learning_router:
+            self._cursor = SignalCursor()
+            self._learning_router = router
+            self.learnt = 0
+        try:
+            read = await self.signals.usage_signals(self._cursor.since)
+        except Exception:  # noqa: BLE001 - boundary: the source is another component; retry later
+            if not self._source_failing:
+                logger.warning(
+                    "router: reading usage signals failed; retrying every %g s",
+                    self.settings.learning.refresh_seconds,
+                    exc_info=True,
+                )
+            else:
+                logger.debug("router: reading usage signals failed again", exc_info=True)
+            self._source_failing = True
+            return 0
+        if self._source_failing:
+            logger.info("router: reading usage signals works again")
+            self._source_failing = False
+        fresh = self._cursor.new(read)
+        if fresh:
+            embedded = await anyio.to_thread.run_sync(lambda: router.learn(fresh))
+            self.learnt += len(fresh)
+            logger.debug("router: learnt %d signals (%d new queries embedded)", len(fresh), embedded)
+        return len(fresh)
