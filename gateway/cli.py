@@ -12,6 +12,7 @@ import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,7 +33,7 @@ from gateway.registry import (
     specs_from_config,
     specs_from_plugins,
 )
-from gateway.router.service import RouterService, build_router, load_router_embedder
+from gateway.router.service import RouterService, build_router, learning_parameters, load_router_embedder
 from gateway.security_config import AuthConfig
 from gateway.server import GatewayServer, serve_stdio
 from gateway.settings import Settings
@@ -102,6 +103,18 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--queries", type=Path, required=True, help="queries JSONL with expected tools")
     evaluate.add_argument("--k", default="1,5,10", help="comma-separated cut-offs (default 1,5,10)")
     evaluate.add_argument("--json", action="store_true", help="print one JSON object, last on stdout")
+    evaluate.add_argument(
+        "--replay",
+        action="store_true",
+        help="also learn from simulated feedback on part of the queries; measure the rest without and with learning",
+    )
+    evaluate.add_argument(
+        "--train-fraction", type=float, default=0.5, help="--replay: share of the queries trained on (default 0.5)"
+    )
+    evaluate.add_argument("--seed", type=int, default=0, help="--replay: first seed of the random splits (default 0)")
+    evaluate.add_argument(
+        "--repeats", type=int, default=5, help="--replay: splits averaged, seeds SEED, SEED+1, ... (default 5)"
+    )
 
     scaffold = commands.add_parser("new-plugin", help="write a minimal plugin and its test, to start from")
     scaffold.add_argument("name", help="plugin name: lowercase letters, digits, '_' (also the tool prefix)")
@@ -306,8 +319,16 @@ async def _search(registry: Registry, pm: PluginManager, query: str, k: int | No
     return EXIT_OK
 
 
-def _eval(settings: Settings, catalog: Path, queries: Path, raw_ks: str, as_json: bool) -> int:
-    from gateway.router.eval import format_report, run_eval
+@dataclass(frozen=True)
+class _Replay:
+    train_fraction: float
+    seed: int
+    repeats: int
+
+
+def _eval(settings: Settings, catalog: Path, queries: Path, raw_ks: str, as_json: bool, replay: _Replay | None) -> int:
+    from gateway.router.eval import format_report, load_catalog, load_queries, run_eval
+    from gateway.router.replay import format_replay, run_replay
 
     try:
         ks = sorted({int(k) for k in raw_ks.split(",") if k.strip()})
@@ -318,12 +339,33 @@ def _eval(settings: Settings, catalog: Path, queries: Path, raw_ks: str, as_json
     for path in (catalog, queries):
         if not path.is_file():
             raise _Usage(f"no such file: {path}")
+    if replay is not None and not 0 < replay.train_fraction < 1:
+        raise _Usage("--train-fraction must be between 0 and 1 (both excluded)")
+    if replay is not None and not 1 <= replay.repeats <= 100:
+        raise _Usage("--repeats must be from 1 to 100")
     pm, _ = get_plugin_manager(settings)
     embedder = load_router_embedder(settings, pm)
     report = run_eval(catalog, queries, ks, embedder, threshold=settings.routing.threshold)
     print(format_report(report))
+    figures = report.to_json()
+    if replay is not None:
+        try:
+            replayed = run_replay(
+                load_catalog(catalog),
+                load_queries(queries),
+                ks,
+                embedder,
+                learning=learning_parameters(settings.learning),
+                train_fraction=replay.train_fraction,
+                seeds=range(replay.seed, replay.seed + replay.repeats),
+                threshold=settings.routing.threshold,
+            )
+        except ValueError as exc:
+            raise _Usage(f"--replay: {exc}") from None
+        print(format_replay(replayed))
+        figures["replay"] = replayed.to_json()
     if as_json:
-        print(json.dumps(report.to_json()))
+        print(json.dumps(figures))
     return EXIT_OK
 
 
@@ -448,7 +490,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             _, infos = get_plugin_manager(settings)
             return _plugins(infos, args.json)
         if args.command == "eval":
-            return _eval(settings, args.catalog, args.queries, args.k, args.json)
+            replay = _Replay(args.train_fraction, args.seed, args.repeats) if args.replay else None
+            return _eval(settings, args.catalog, args.queries, args.k, args.json, replay)
         if args.command == "new-plugin":
             return _new_plugin(settings, args.name, args.tests)
         if args.command == "keys":

@@ -39,7 +39,16 @@ import mcp_types as types
 from gateway.router.base import Embedder, EmbeddingCache, ToolRecord
 from gateway.router.index import Router, RouterConfig
 
-__all__ = ["EvalQuery", "EvalReport", "format_report", "load_catalog", "load_queries", "run_eval"]
+__all__ = [
+    "MRR_DEPTH",
+    "EvalQuery",
+    "EvalReport",
+    "format_report",
+    "load_catalog",
+    "load_queries",
+    "run_eval",
+    "score_ranking",
+]
 
 MRR_DEPTH = 10
 
@@ -153,6 +162,16 @@ def _percentile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
+def score_ranking(
+    ranked: Sequence[str], expected: Sequence[frozenset[str]], ks: Sequence[int]
+) -> tuple[dict[int, float], float]:
+    """recall@k for each k, and the reciprocal rank, of one ranking (see the module docstring)."""
+    recall = {k: sum(1 for alternatives in expected if alternatives & set(ranked[:k])) / len(expected) for k in ks}
+    relevant = set().union(*expected)
+    rank = next((i for i, name in enumerate(ranked[: max(max(ks), MRR_DEPTH)], 1) if name in relevant), None)
+    return recall, 1.0 / rank if rank else 0.0
+
+
 def run_eval(
     catalog_path: Path,
     queries_path: Path,
@@ -202,17 +221,12 @@ def run_eval(
             per_query.append({"id": q.id, "results": ranked[: max(ks)]})
             continue
         scored += 1
-        entry: dict[str, Any] = {"id": q.id, "results": ranked[: max(ks)]}
+        recall, rr = score_ranking(ranked, q.expected, ks)
         for k in ks:
-            top = set(ranked[:k])
-            value = sum(1 for alternatives in q.expected if alternatives & top) / len(q.expected)
-            recall_sums[k] += value
-            entry[f"recall@{k}"] = value
-        relevant = set().union(*q.expected)
-        rank = next((i for i, name in enumerate(ranked, 1) if name in relevant), None)
-        rr = 1.0 / rank if rank else 0.0
+            recall_sums[k] += recall[k]
         rr_sum += rr
-        entry["rr"] = rr
+        entry: dict[str, Any] = {"id": q.id, "results": ranked[: max(ks)]}
+        entry.update({f"recall@{k}": recall[k] for k in ks}, rr=rr)
         per_query.append(entry)
 
     return EvalReport(
