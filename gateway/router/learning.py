@@ -20,6 +20,8 @@ Requests are compared by their vectors: the router's query embeddings, or, when 
 router runs on BM25 alone, `lexical_vector` (hashed bags of the BM25 terms: cosine is
 then the share of terms two requests have in common). Each distinct query is embedded
 once, when its first signal arrives (`new_queries`, then `add`); old ones never again.
+Signals are summed per (query, tool) pair when they are added, so a search costs one
+product with the distinct queries' vectors and a pass over the pairs of similar ones.
 
 Pure numpy, no I/O, no clock except the `now` a caller passes (default `time.time()`).
 An update builds a new immutable state and swaps it in, so searches on other threads
@@ -107,25 +109,69 @@ class _State:
     at: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
 
 
+_Array = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class _Sums:
+    """The signals summed per (query, tool) pair and, for query-less ones, per tool.
+
+    Decay factors out: `0.5 ** ((now - at) / h) = 0.5 ** ((now - newest) / h) * 0.5 ** ((at - newest) / h)`,
+    so each signal's weight relative to the newest one (`relative`, in 2**-10..1) is summed
+    once, when signals are added, and a search multiplies by one common factor.
+    """
+
+    newest: float = 0.0
+    pair_query: npt.NDArray[np.intp] = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
+    pair_tool: npt.NDArray[np.intp] = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
+    pair_value: _Array = field(default_factory=lambda: np.zeros(0))
+    """Sum of relative weight * value per pair."""
+    pair_weight: _Array = field(default_factory=lambda: np.zeros(0))
+    """Sum of relative weight per pair."""
+    prior_value: _Array = field(default_factory=lambda: np.zeros(0))
+    prior_weight: _Array = field(default_factory=lambda: np.zeros(0))
+
+    @classmethod
+    def of(cls, state: _State, half_life_seconds: float) -> _Sums:
+        if not len(state.at):
+            return cls()
+        n_tools = len(state.tools)
+        newest = float(state.at.max())
+        relative = np.exp2((state.at - newest) / half_life_seconds)
+        tied = state.query_row >= 0
+        pairs, inverse = np.unique(state.query_row[tied] * n_tools + state.tool[tied], return_inverse=True)
+        untied_tool, untied = state.tool[~tied], relative[~tied]
+        return cls(
+            newest=newest,
+            pair_query=(pairs // n_tools).astype(np.intp),
+            pair_tool=(pairs % n_tools).astype(np.intp),
+            pair_value=_sum(inverse, (relative * state.value)[tied], len(pairs)),
+            pair_weight=_sum(inverse, relative[tied], len(pairs)),
+            prior_value=_sum(untied_tool, untied * state.value[~tied], n_tools),
+            prior_weight=_sum(untied_tool, untied, n_tools),
+        )
+
+
 class UsageModel:
     """What use taught about tools, as per-request score adjustments (see the module docstring)."""
 
     def __init__(self, config: LearningConfig | None = None) -> None:
         self.config = config or LearningConfig()
-        self._state = _State()
+        self._current = (_State(), _Sums())
+        """Replaced as a whole by `add`, so a search never sees a state with another state's sums."""
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
-        return len(self._state.tool)
+        return len(self._current[0].tool)
 
     @property
     def queries(self) -> int:
         """Distinct queries held (each embedded once)."""
-        return len(self._state.queries)
+        return len(self._current[0].queries)
 
     def new_queries(self, signals: Sequence[UsageSignal]) -> list[str]:
         """The distinct queries of `signals` that `add` will need a vector for, in first-seen order."""
-        known = self._state.queries
+        known = self._current[0].queries
         return list(dict.fromkeys(s.query for s in signals if s.query is not None and s.query not in known))
 
     def add(self, signals: Sequence[UsageSignal], vectors: Mapping[str, Vector], now: float | None = None) -> None:
@@ -138,7 +184,7 @@ class UsageModel:
             return
         now = time.time() if now is None else now
         with self._lock:
-            old = self._state
+            old = self._current[0]
             missing = [q for q in self.new_queries(signals) if q not in vectors]
             if missing:
                 raise ValueError(f"no vector for the new query {missing[0]!r}")
@@ -167,7 +213,9 @@ class UsageModel:
                 value=np.concatenate([old.value, [float(np.clip(s.value, -1.0, 1.0)) for s in signals]]),
                 at=np.concatenate([old.at, [s.at for s in signals]]),
             )
-            self._state = _forget(state, self._decay(state.at, now), self.config.max_signals)
+            state = _forget(state, self._decay(state.at, now), self.config.max_signals)
+            sums = _Sums.of(state, self.config.half_life_days * 86_400.0)
+            self._current = (state, sums)
 
     def adjustments(self, query_vector: Vector | None, now: float | None = None) -> dict[str, float]:
         """The score adjustment of each tool use says something about, for a request with this vector.
@@ -175,36 +223,38 @@ class UsageModel:
         `None` (a request that cannot be embedded) applies the query-less prior only.
         Tools absent from the result are not adjusted.
         """
-        state = self._state
+        state, sums = self._current
         if not len(state.tool):
             return {}
         cfg = self.config
-        decay = self._decay(state.at, time.time() if now is None else now)
-        tied = state.query_row >= 0
+        now = time.time() if now is None else now
+        common = float(self._decay(np.array([sums.newest]), now)[0])
         n_tools = len(state.tools)
         total = np.zeros(n_tools)
-        if query_vector is not None and state.vectors is not None and tied.any():
-            similarity = state.vectors @ np.asarray(query_vector, dtype=np.float32)
+        if query_vector is not None and state.vectors is not None and len(sums.pair_query):
+            similarity = np.einsum("qd,d->q", state.vectors, np.asarray(query_vector, dtype=np.float32))
             gate = np.clip((similarity - cfg.min_similarity) / (1.0 - cfg.min_similarity), 0.0, 1.0)
-            weight = np.where(tied, gate[np.maximum(state.query_row, 0)], 0.0) * decay
-            learnt = self._mean(state.tool, weight, state.value, n_tools)
+            weight = gate[sums.pair_query] * common
+            near = np.flatnonzero(weight)
+            tool = sums.pair_tool[near]
+            evidence = _sum(tool, weight[near] * sums.pair_value[near], n_tools)
+            mass = _sum(tool, weight[near] * sums.pair_weight[near], n_tools)
+            learnt = evidence / (cfg.half_weight_signals + mass)
             total += np.where(learnt > 0, learnt * cfg.max_boost, learnt * cfg.max_penalty)
-        if cfg.max_prior and not tied.all():
-            total += cfg.max_prior * self._mean(state.tool, np.where(tied, 0.0, decay), state.value, n_tools)
+        if cfg.max_prior and len(sums.prior_value):
+            prior = common * sums.prior_value / (cfg.half_weight_signals + common * sums.prior_weight)
+            total += cfg.max_prior * prior
         total = np.clip(total, -cfg.max_penalty, cfg.max_boost)
         return {state.tools[i]: float(total[i]) for i in np.flatnonzero(np.abs(total) > 1e-9)}
-
-    def _mean(
-        self, tool: npt.NDArray[np.intp], weight: npt.NDArray[np.float64], value: npt.NDArray[np.float64], n: int
-    ) -> npt.NDArray[np.float64]:
-        """Per tool: the weighted sum of values over (half_weight_signals + the summed weight)."""
-        evidence = np.bincount(tool, weights=weight * value, minlength=n)
-        mass = np.bincount(tool, weights=weight, minlength=n)
-        return np.asarray(evidence / (self.config.half_weight_signals + mass))
 
     def _decay(self, at: npt.NDArray[np.float64], now: float) -> npt.NDArray[np.float64]:
         age_days = np.maximum(now - at, 0.0) / 86_400.0
         return np.asarray(np.exp2(-age_days / self.config.half_life_days))
+
+
+def _sum(index: npt.NDArray[np.intp], weights: _Array, n: int) -> _Array:
+    """`weights` summed by `index`, one sum for each of `n` slots."""
+    return np.bincount(index, weights=weights, minlength=n).astype(np.float64, copy=False)
 
 
 def _stack(old: Matrix | None, added: list[Vector]) -> Matrix | None:
