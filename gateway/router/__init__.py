@@ -4,7 +4,10 @@
 - `documents`: the text each tool is indexed by;
 - `bm25`: the lexical index; `embedder`: the embedding model; `cache`: vectors on disk;
 - `index`: `Router`, the index and the ranking;
-- `service`: the router as a running gateway uses it; `eval`: the evaluation harness.
+- `signals`: usage signals (what the records store tells the router); `learning`: the
+  score adjustments learnt from them;
+- `service`: the router as a running gateway uses it; `eval`: the evaluation harness;
+  `replay`: `eval --replay`, learning measured on held-back queries.
 """
 
 __all__: list[str] = []

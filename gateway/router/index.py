@@ -20,6 +20,10 @@ good), BM25 the request as written. The alternatives measured (reciprocal rank f
 either signal alone, server-level boosts, splitting a request into steps, a second
 vector per tool of its full document) are selectable with `RouterConfig`; docs/benchmarks.md has the figures.
 
+A router built with a `LearningConfig` also learns from use (`learn`): what it learnt
+(`gateway.router.learning`) is added to each tool's score before the top-k cut, and the
+sum is clipped to 0..1; without signals the ranking is exactly the one above.
+
 Each update builds a new immutable snapshot and swaps it in with one assignment, so
 searches may run on another thread while an update is in progress.
 """
