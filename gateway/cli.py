@@ -1,4 +1,4 @@
-"""`mcp-gateway` commands: serve, check, servers, tools, plugins, call.
+"""`mcp-gateway` commands: serve, check, servers, tools, plugins, call, search, eval, stats.
 
 Output is for people by default and for scripts with `--json`. A broken config is
 one clear message on stderr and exit code 2, never a traceback.
@@ -7,10 +7,12 @@ one clear message on stderr and exit code 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import signal
 import sys
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +28,8 @@ from gateway.health import server_health
 from gateway.http import bind_socket, serve_http
 from gateway.integrity import IntegrityStore
 from gateway.plugins import PluginInfo, PluginManager, get_plugin_manager, plugin_directory
+from gateway.records.service import Records, open_store
+from gateway.records.store import RecordsError
 from gateway.registry import (
     RegistrationError,
     Registry,
@@ -119,6 +123,11 @@ def _parser() -> argparse.ArgumentParser:
     scaffold = commands.add_parser("new-plugin", help="write a minimal plugin and its test, to start from")
     scaffold.add_argument("name", help="plugin name: lowercase letters, digits, '_' (also the tool prefix)")
     scaffold.add_argument("--tests", type=Path, default=Path("tests"), help="where its test goes (default ./tests)")
+
+    stats = commands.add_parser("stats", help="calls, error rates and latencies per server and tool, from the records")
+    stats.add_argument("--since", help="a duration back from now (30m, 24h, 7d) or an ISO date/time (default: all)")
+    stats.add_argument("--json", action="store_true", help="print JSON for scripts")
+    stats.add_argument("--csv", type=Path, metavar="DIR", help="also write executions, failures and feedback as CSV")
 
     call = commands.add_parser("call", help="call one tool and print its result")
     call.add_argument("tool", help="the exposed tool name, e.g. clock__now")
@@ -454,16 +463,61 @@ async def _serve(
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(_exit_on_signal, stop)
-        async with registry.running():
+        records = _records(settings, registry)
+        async with registry.running(), records.running() if records else contextlib.nullcontext():
             router = RouterService(registry, settings, lambda: build_router(settings, pm))
             registry.task_group.start_soon(router.run, name="router")
             registry.task_group.start_soon(vetter.watch, registry.revet, name="approvals")
-            gateway = GatewayServer(registry, settings, router, auth=config.auth, security=config.security)
+            gateway = GatewayServer(
+                registry, settings, router, auth=config.auth, security=config.security, records=records
+            )
             if sock is None:
                 await serve_stdio(gateway, stop=stop)
             else:
                 await serve_http(gateway, settings, sock, stop=stop, ready=announce)
         tg.cancel_scope.cancel()
+    return EXIT_OK
+
+
+def _records(settings: Settings, registry: Registry) -> Records | None:
+    """The records of a serving gateway (None when `GATEWAY_RECORDS__ENABLED=false`), in its call chain."""
+    if not settings.records.enabled:
+        return None
+
+    def mask(server: str, text: str) -> str:
+        upstream = registry.upstreams.get(server)
+        return upstream.redact(text) if upstream is not None else text
+
+    records = Records(settings.records, open_store(settings), mask)
+    registry.record_calls(records.recorder)
+    return records
+
+
+def _stats(settings: Settings, since_text: str | None, as_json: bool, csv_dir: Path | None) -> int:
+    """`stats`: read the records (SQLite in the data dir, or GATEWAY_DATABASE_URL)."""
+    from gateway.records.stats import compute_stats, executions_for_stats, export_csv, format_stats, parse_since
+
+    try:
+        since = parse_since(since_text, time.time()) if since_text else None
+    except ValueError as exc:
+        raise _Usage(str(exc)) from None
+    store = open_store(settings)
+    try:
+        servers = compute_stats(executions_for_stats(store, since))
+        exported = export_csv(store, csv_dir, since) if csv_dir is not None else []
+    except RecordsError as exc:
+        print(f"mcp-gateway: cannot read the records: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        store.close()
+    if as_json:
+        body = {"store": store.description, "since": since, "servers": [s.to_json() for s in servers]}
+        body["csv"] = [{"path": str(path), "rows": rows} for path, rows in exported]
+        print(json.dumps(body, indent=2))
+    else:
+        print(format_stats(servers))
+        for path, rows in exported:
+            print(f"wrote {path} ({rows} rows)", file=sys.stderr)
     return EXIT_OK
 
 
@@ -496,6 +550,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             return _new_plugin(settings, args.name, args.tests)
         if args.command == "keys":
             return _keys(args.action, args.key)
+        if args.command == "stats":
+            return _stats(settings, args.since, args.json, args.csv)
         if args.command == "tools" and args.action == "approve":
             return _approve(settings, args.name)
         config, registry, pm, vetter = _load(settings, serving=args.command == "serve")

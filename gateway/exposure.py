@@ -20,6 +20,7 @@ from typing import Any, Literal, cast, get_args
 
 import mcp_types as types
 
+from gateway.records.feedback import FEEDBACK_TOOL
 from gateway.router.base import SearchHit
 
 __all__ = [
@@ -75,7 +76,8 @@ CALL_TOOL = types.Tool(
     },
 )
 
-GATEWAY_TOOL_NAMES = frozenset({SEARCH_TOOL.name, CALL_TOOL.name})
+GATEWAY_TOOL_NAMES = frozenset({SEARCH_TOOL.name, CALL_TOOL.name, FEEDBACK_TOOL.name})
+"""The gateway's own tools; `submit_feedback` (`gateway.records.feedback`) is listed when records are on."""
 
 
 class ArgumentError(ValueError):

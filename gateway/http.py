@@ -1,5 +1,5 @@
-"""The streamable-HTTP transport: the MCP endpoint, `POST /route`, `GET /healthz`, `/readyz` and
-`/metrics`, the listening socket and uvicorn.
+"""The streamable-HTTP transport: the MCP endpoint, `POST /route`, `POST /feedback`, `GET /healthz`,
+`/readyz` and `/metrics`, the listening socket and uvicorn.
 
 Host and Origin headers are checked on every route against DNS rebinding: loopback
 names always pass, others only when listed in `GATEWAY_HTTP__ALLOWED_HOSTS` /
@@ -27,6 +27,7 @@ from gateway.exposure import openai_function
 from gateway.health import is_ready, server_health
 from gateway.http_guard import PUBLIC_PATHS, SecurityMiddleware, principal_in
 from gateway.metrics import CONTENT_TYPE
+from gateway.records.feedback import feedback_endpoint
 from gateway.scopes import visible
 from gateway.server import GatewayServer
 from gateway.settings import Settings
@@ -138,6 +139,10 @@ def build_http_app(gateway: GatewayServer, settings: Settings) -> SecurityMiddle
         refused = await guard.validate_request(request, is_post=True)
         return refused if refused is not None else await route_endpoint(gateway, request)
 
+    async def feedback(request: Request) -> Response:
+        refused = await guard.validate_request(request, is_post=True)
+        return refused if refused is not None else await feedback_endpoint(gateway.records, request)
+
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
@@ -157,6 +162,8 @@ def build_http_app(gateway: GatewayServer, settings: Settings) -> SecurityMiddle
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
     ]
+    if gateway.records is not None:
+        routes.append(Route("/feedback", feedback, methods=["POST"]))
     public_paths: tuple[str, ...] = PUBLIC_PATHS
     if settings.http.metrics:
         routes.append(Route(METRICS_PATH, metrics, methods=["GET"]))

@@ -407,6 +407,11 @@ class Registry:
             return await self.caller_sessions.request(upstream, caller_token, operation, send, timeout=timeout)
         return await upstream.request(operation, send, timeout=timeout)
 
+    def record_calls(self, recorder: Middleware) -> None:
+        """Put the records' middleware outermost in the call chain, so it sees final results (`gateway.records`)."""
+        self.call_chain.insert(0, recorder)
+        self._run_call = compose(self.call_chain)
+
     async def call_tool(
         self,
         name: str,
@@ -415,11 +420,13 @@ class Registry:
         progress: Any = None,
         meta: Any = None,
         caller_token: str | None = None,
+        notes: dict[str, Any] | None = None,
     ) -> types.CallToolResult:
         """Call an exposed tool through the call chain; gateway errors are raised (`GatewayError`).
 
         `progress` (an SDK progress callback) and `meta` (request `_meta`) are passed upstream;
-        `caller_token` is forwarded only to servers configured to take it.
+        `caller_token` is forwarded only to servers configured to take it;
+        `notes` becomes the `ToolCall.notes` (who calls, in; the execution id, out).
         """
         upstream, entry = self.tool(name)
 
@@ -444,6 +451,7 @@ class Registry:
             send=send,
             timeout=upstream.timeout_for(entry.original),
             idempotent=upstream.idempotent(entry.item, entry.original),
+            notes=notes if notes is not None else {},
         )
         return await self._run_call(call)
 

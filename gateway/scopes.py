@@ -19,7 +19,7 @@ from gateway.auth import Principal
 from gateway.catalog import Entry
 from gateway.errors import ToolNotFound
 
-__all__ = ["server_visible", "tool_not_found", "visible", "visible_names"]
+__all__ = ["server_visible", "tool_not_found", "tool_visible", "visible", "visible_names"]
 
 
 def _matches(name: str, globs: Iterable[str]) -> bool:
@@ -42,7 +42,19 @@ def visible(principal: Principal | None, entry: Entry[Any]) -> bool:
         return False
     if not hasattr(entry.item, "input_schema"):  # prompts and resources: their server decides
         return True
-    return _matches(entry.exposed, profile.tools) and not _matches(entry.exposed, profile.deny_tools)
+    return tool_visible(principal, entry.server_id, entry.exposed)
+
+
+def tool_visible(principal: Principal | None, server_id: str, exposed: str) -> bool:
+    """May this caller see the tool `exposed` of `server_id` (whether or not it is in the catalog now)?"""
+    if principal is None or principal.profile is None:
+        return True
+    profile = principal.profile
+    return (
+        _matches(server_id, profile.servers)
+        and _matches(exposed, profile.tools)
+        and not _matches(exposed, profile.deny_tools)
+    )
 
 
 def visible_names(principal: Principal | None, entries: Mapping[str, Entry[Any]]) -> list[str]:

@@ -54,6 +54,10 @@ from gateway.exposure import (
 from gateway.http_guard import forwardable_token, principal_in
 from gateway.limits import cap_result, check_arguments, check_session_calls
 from gateway.metrics import SearchStatus
+from gateway.records.callers import CallerIds
+from gateway.records.feedback import FEEDBACK_TOOL, feedback_tool_result
+from gateway.records.model import EXECUTION_ID_NOTE, FEEDBACK_TOKEN_META_KEY
+from gateway.records.recorder import CLIENT_NOTE, SESSION_NOTE
 from gateway.registry import ChangeKind, Registry
 from gateway.relay import Exchange, ExchangeTable, connection_of
 from gateway.router.base import SearchHit
@@ -65,6 +69,7 @@ from gateway.upstream import Upstream, cancel_when, gateway_version
 
 if TYPE_CHECKING:
     from gateway.auth import Principal
+    from gateway.records.service import Records
 
 __all__ = ["GatewayServer", "serve_stdio"]
 
@@ -156,8 +161,13 @@ class GatewayServer:
         *,
         auth: AuthConfig | None = None,
         security: SecurityConfig | None = None,
+        records: Records | None = None,
     ) -> None:
+        """`records`: record calls and searches, and take feedback (its recorder must be in the
+        registry's call chain, `Registry.record_calls`)."""
         self.registry = registry
+        self.records = records
+        self.callers = CallerIds()
         self.settings = settings
         self.router = router
         self.stateless = False
@@ -318,17 +328,19 @@ class GatewayServer:
         principal = principal_in(ctx.request)
         catalog = {n: e for n, e in self.registry.catalog.tools.items() if visible(principal, e)}
         mode = mode_for(ctx.request, self.settings.routing.mode)
+        own = [FEEDBACK_TOOL] if self.records is not None and FEEDBACK_TOOL.name not in catalog else []
         if mode == "all":
-            return [e.item for e in catalog.values()]
+            return [e.item for e in catalog.values()] + own
         names = list(dict.fromkeys(self.settings.routing.pinned))
         if mode == "dynamic":
             found = self._session_tools.get(connection_of(ctx))
             names += [n for n in (found.names() if found else ()) if n not in names]
-        return [SEARCH_TOOL, CALL_TOOL] + [catalog[n].item for n in names if n in catalog]
+        return [SEARCH_TOOL, CALL_TOOL, *own] + [catalog[n].item for n in names if n in catalog]
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
+        notes: dict[str, Any] = {}
         try:
             if params.name in GATEWAY_TOOL_NAMES and params.name not in self.registry.catalog.tools:
                 return await self._gateway_tool(ctx, params)
@@ -336,16 +348,24 @@ class GatewayServer:
             self._check_call(ctx, params)
             upstream, _entry = self.registry.tool(params.name)
             token = forwardable_token(ctx.request)
+            if self.records is not None:
+                notes[SESSION_NOTE], notes[CLIENT_NOTE] = self.callers.of(ctx, stateless=self.stateless)
 
             async def send(progress: Any) -> Any:
                 result = await self.registry.call_tool(
-                    params.name, params.arguments, progress=progress, meta=_forwarded_meta(ctx), caller_token=token
+                    params.name,
+                    params.arguments,
+                    progress=progress,
+                    meta=_forwarded_meta(ctx),
+                    caller_token=token,
+                    notes=notes,
                 )
-                return cap_result(_expose_result_uris(result, upstream.spec.prefix), self.security.limits)
+                capped = cap_result(_expose_result_uris(result, upstream.spec.prefix), self.security.limits)
+                return _with_feedback_token(capped, notes)
 
             return await self._interactive(ctx, params, upstream, send)
         except GatewayError as exc:
-            return error_result(exc)
+            return _with_feedback_token(error_result(exc), notes)
 
     def _check_call(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> None:
         """Scope, session call count and argument size, before the call goes upstream (`gateway.scopes`,
@@ -376,10 +396,13 @@ class GatewayServer:
             if params.name == CALL_TOOL.name:
                 name, arguments = parse_call_arguments(params.arguments)
                 return await self._call_tool(ctx, params.model_copy(update={"name": name, "arguments": arguments}))
+            if params.name == FEEDBACK_TOOL.name:
+                return await feedback_tool_result(self.records, params.arguments, ctx.request)
             query, limit = parse_search_arguments(params.arguments, self.settings.routing.k)
         except ArgumentError as exc:
             return error_result(InvalidArguments(str(exc)))
-        hits = await self.search(query, limit, principal_in(ctx.request))
+        session_id, _ = self.callers.of(ctx, stateless=self.stateless)
+        hits = await self.search(query, limit, principal_in(ctx.request), session_id=session_id)
         if mode_for(ctx.request, self.settings.routing.mode) == "dynamic" and not self.stateless:
             await self._grow_session(ctx, [h.name for h in hits])
         payload = [tool_payload(hit) for hit in hits]
@@ -388,11 +411,15 @@ class GatewayServer:
             content=[types.TextContent(type="text", text=text)], structured_content={"tools": payload}
         )
 
-    async def search(self, query: str, limit: int, principal: Principal | None = None) -> list[SearchHit]:
+    async def search(
+        self, query: str, limit: int, principal: Principal | None = None, *, session_id: str | None = None
+    ) -> list[SearchHit]:
         """Rank the catalog for a query, and log it as one line (no query text: it may be private).
 
         Only what `principal` may see is ranked: the router is asked for as many more
-        results as there are hidden tools, and the hidden ones are dropped.
+        results as there are hidden tools, and the hidden ones are dropped. With records
+        on, the search is recorded, and calls of its tools by the same session or caller
+        are tied to it.
         """
         if self.router is None:
             raise GatewayError("Tool search is not available on this gateway.")
@@ -412,9 +439,12 @@ class GatewayServer:
             ) from None
         finally:
             self.registry.metrics.observe_search(status, time.perf_counter() - started)
-        logger.info(
-            "search query_chars=%d results=%d ms=%.1f", len(query), len(hits), (time.perf_counter() - started) * 1000
-        )
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        logger.info("search query_chars=%d results=%d ms=%.1f", len(query), len(hits), elapsed_ms)
+        if self.records is not None:
+            client_id = principal.name if principal is not None else None
+            names = [hit.name for hit in hits]
+            self.records.record_search(query, names, elapsed_ms, session_id=session_id, client_id=client_id)
         return hits
 
     async def _grow_session(self, ctx: ServerRequestContext[Any, Any], names: list[str]) -> None:
@@ -663,6 +693,14 @@ class GatewayServer:
         # instructions include the servers that have connected by then.
         async with stdio_server() as (read_stream, write_stream), self.server.lifespan(self.server) as state:
             await serve_dual_era_loop(self.server, read_stream, write_stream, lifespan_state=state)
+
+
+def _with_feedback_token(result: Any, notes: dict[str, Any]) -> Any:
+    """A recorded call's result carries its execution id, the token to rate it with."""
+    execution_id = notes.get(EXECUTION_ID_NOTE)
+    if execution_id is None or not isinstance(result, types.CallToolResult):
+        return result
+    return result.model_copy(update={"meta": {**(result.meta or {}), FEEDBACK_TOKEN_META_KEY: execution_id}})
 
 
 def _may_be_asked(ctx: ServerRequestContext[Any, Any]) -> bool:

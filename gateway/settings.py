@@ -19,6 +19,7 @@ __all__ = [
     "HttpSettings",
     "LearningSettings",
     "PluginSettings",
+    "RecordsSettings",
     "ResilienceSettings",
     "RoutingSettings",
     "Settings",
@@ -161,6 +162,42 @@ class ResilienceSettings(BaseModel):
     )
 
 
+DEFAULT_REDACT_KEYS = [
+    "*password*",
+    "*passwd*",
+    "*secret*",
+    "token",
+    "*_token",
+    "*-token",
+    "*_key",
+    "*-key",
+    "apikey",
+    "authorization",
+    "cookie",
+    "*credential*",
+]
+"""Argument keys whose values are never recorded: case-insensitive fnmatch globs."""
+
+
+class RecordsSettings(BaseModel):
+    """Execution records (`gateway.records`): what is kept, how it is buffered, for how long."""
+
+    enabled: bool = Field(default=True, description="False: record nothing; no feedback tool or /feedback.")
+    buffer_size: int = Field(
+        default=10_000, ge=1, description="Most records held in memory before they are written; past it, dropped."
+    )
+    batch_size: int = Field(default=500, ge=1, description="A flush starts once this many records wait.")
+    flush_interval: float = Field(default=1.0, gt=0, le=3600, description="Seconds between flushes at most.")
+    retention_days: float = Field(default=30.0, gt=0, description="Records older than this are deleted.")
+    redact_keys: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_REDACT_KEYS),
+        description="Argument keys (case-insensitive globs, at any depth) whose values are stored as ***.",
+    )
+    store_queries: bool = Field(
+        default=True, description="Keep the text of searches (the router learns from it); false: only their results."
+    )
+
+
 class Settings(BaseSettings):
     """Everything that is not in the YAML file."""
 
@@ -201,3 +238,4 @@ class Settings(BaseSettings):
     learning: LearningSettings = Field(default_factory=LearningSettings)
     plugins: PluginSettings = Field(default_factory=PluginSettings)
     resilience: ResilienceSettings = Field(default_factory=ResilienceSettings)
+    records: RecordsSettings = Field(default_factory=RecordsSettings)

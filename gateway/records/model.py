@@ -1,0 +1,94 @@
+"""What the records hold: one dataclass per row kind, as the call path hands it to the writer.
+
+An execution is captured raw on the call path (references to the arguments, the
+result or the error) and turned into rows by the writer's thread: redaction, the
+response summary and its size cost nothing on the call itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import mcp_types as types
+
+__all__ = [
+    "EXECUTION_ID_NOTE",
+    "FEEDBACK_TOKEN_META_KEY",
+    "ExecutionRef",
+    "FailureRow",
+    "FeedbackRow",
+    "PendingExecution",
+    "SearchRow",
+    "Status",
+]
+
+Status = Literal["success", "error", "timeout"]
+
+FEEDBACK_TOKEN_META_KEY = "mcp-gateway/feedback_token"
+"""The `_meta` key of every proxied tool result: the execution id, to rate the result with."""
+EXECUTION_ID_NOTE = "execution_id"
+"""The `ToolCall.notes` key where the recorder leaves the execution id for the server."""
+
+
+@dataclass(slots=True)
+class PendingExecution:
+    """One proxied call as the recorder saw it; `result` or `error` is set."""
+
+    id: str
+    at: float
+    """Unix seconds when the call started."""
+    server: str
+    tool: str
+    """The exposed name, `prefix__tool`."""
+    session_id: str | None
+    client_id: str | None
+    arguments: dict[str, Any] | None
+    latency_ms: float
+    attempts: int
+    search_id: str | None
+    result: types.CallToolResult | None = None
+    error: BaseException | None = None
+    attempt_errors: list[tuple[int, BaseException]] = field(default_factory=list)
+    """Errors of attempts that failed before the final outcome (retried ones), with their attempt number."""
+
+
+@dataclass(frozen=True, slots=True)
+class FailureRow:
+    execution_id: str
+    seq: int
+    attempt: int
+    error_type: str
+    code: str
+    details: str
+
+
+@dataclass(frozen=True, slots=True)
+class SearchRow:
+    id: str
+    at: float
+    session_id: str | None
+    client_id: str | None
+    query: str | None
+    results: tuple[str, ...]
+    latency_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class FeedbackRow:
+    token: str
+    execution_id: str
+    at: float
+    rating: Literal["up", "down"] | None
+    score: int | None
+    comment: str | None
+    client_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionRef:
+    """What feedback needs to know about the execution it rates."""
+
+    id: str
+    server: str
+    tool: str

@@ -1,0 +1,86 @@
+"""The outermost layer of the call chain: every proxied call becomes an execution record.
+
+Being outermost, it sees the final result or error (after plugins translated it),
+every attempt the retry layer made, and the whole latency. It only captures: the
+record goes to the writer's buffer, and redaction and summaries happen on the
+writer's thread. The execution id it makes is the result's feedback token; it leaves
+it in `call.notes` for the server, which puts it in the result's `_meta`.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import mcp_types as types
+
+from gateway.calls.chain import CallHandler, ToolCall
+from gateway.errors import GatewayError
+from gateway.records.model import EXECUTION_ID_NOTE, PendingExecution
+from gateway.records.trail import SearchTrail
+
+__all__ = ["CLIENT_NOTE", "SESSION_NOTE", "CallRecorder", "trail_keys"]
+
+SESSION_NOTE = "session_id"
+CLIENT_NOTE = "client_id"
+"""`ToolCall.notes` keys the server sets: who is calling (see `GatewayServer`)."""
+
+
+def trail_keys(session_id: str | None, client_id: str | None) -> list[str]:
+    """The keys a session's searches are remembered under: the session first, then the caller."""
+    keys = []
+    if session_id is not None:
+        keys.append("s:" + session_id)
+    if client_id is not None:
+        keys.append("c:" + client_id)
+    return keys
+
+
+class CallRecorder:
+    """The recording middleware; `submit` is the writer's (never blocks, never raises)."""
+
+    def __init__(self, submit: Callable[[PendingExecution], None], trail: SearchTrail) -> None:
+        self.submit = submit
+        self.trail = trail
+
+    async def __call__(self, call: ToolCall, call_next: CallHandler) -> types.CallToolResult:
+        notes = call.notes
+        execution_id = notes[EXECUTION_ID_NOTE] = uuid.uuid4().hex
+        session_id, client_id = notes.get(SESSION_NOTE), notes.get(CLIENT_NOTE)
+        attempt_errors: list[tuple[int, BaseException]] = []
+        send = call.send
+
+        async def send_noting_failures(arguments: dict[str, Any] | None) -> types.CallToolResult:
+            try:
+                return await send(arguments)
+            except GatewayError as error:
+                attempt_errors.append((call.attempts, error))
+                raise
+
+        call.send = send_noting_failures
+        at, started = time.time(), time.perf_counter()
+        record = PendingExecution(
+            id=execution_id,
+            at=at,
+            server=call.server,
+            tool=call.name,
+            session_id=session_id,
+            client_id=client_id,
+            arguments=call.arguments,
+            latency_ms=0.0,
+            attempts=0,
+            search_id=self.trail.find(trail_keys(session_id, client_id), call.name),
+            attempt_errors=attempt_errors,
+        )
+        try:
+            record.result = await call_next(call)
+            return record.result
+        except BaseException as error:  # recorded, then raised unchanged: errors and cancellations alike
+            record.error = error
+            raise
+        finally:
+            record.latency_ms = (time.perf_counter() - started) * 1000
+            record.attempts = call.attempts
+            self.submit(record)

@@ -1,0 +1,58 @@
+"""Secrets out of the records: argument values under secret-looking keys, and configured secrets anywhere.
+
+Two nets, because either alone misses something: a key glob (`*password*`, `*_key`,
+`authorization`, case-insensitive, at any depth of nested objects and lists) catches a
+secret the gateway never heard of, and the server's own configured credentials
+(`Upstream.redact`, passed in as `mask`) catch one that a tool echoes back in a value
+or a response under an innocent name.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gateway.config import MASK
+
+__all__ = ["MASK", "Masker", "Redactor", "no_mask"]
+
+Masker = Callable[[str, str], str]
+"""`(server id, text) -> text` with that server's configured secrets replaced by `***`."""
+
+
+def no_mask(server: str, text: str) -> str:
+    return text
+
+
+class Redactor:
+    """Replaces the values of secret-looking keys with `***` in JSON-like data, at any depth."""
+
+    def __init__(self, patterns: Sequence[str]) -> None:
+        self.patterns = tuple(pattern.lower() for pattern in patterns)
+        self._verdicts: dict[str, bool] = {}
+
+    def is_secret(self, key: str) -> bool:
+        verdict = self._verdicts.get(key)
+        if verdict is None:
+            lowered = key.lower()
+            verdict = any(fnmatch.fnmatchcase(lowered, pattern) for pattern in self.patterns)
+            if len(self._verdicts) < 10_000:  # keys repeat; a flood of new ones must not grow this forever
+                self._verdicts[key] = verdict
+        return verdict
+
+    def redact(self, value: Any) -> Any:
+        """A copy of `value` with the values of secret keys masked; the input is not changed."""
+        if isinstance(value, dict):
+            return {k: MASK if self.is_secret(str(k)) else self.redact(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.redact(item) for item in value]
+        return value
+
+    def arguments_json(self, arguments: dict[str, Any] | None, mask: Callable[[str], str]) -> str | None:
+        """The arguments as stored: redacted, as compact JSON, with configured secrets masked."""
+        if arguments is None:
+            return None
+        text = json.dumps(self.redact(arguments), ensure_ascii=False, separators=(",", ":"), default=str)
+        return mask(text)

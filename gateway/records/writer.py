@@ -1,0 +1,173 @@
+"""The records writer: a bounded buffer that a background thread flushes in batches.
+
+A call only appends to the buffer (under a lock, no I/O). The thread writes a batch
+every `flush_interval` seconds, or as soon as `batch_size` records wait, in one
+transaction. When the buffer is full, or the store fails, records are dropped: the
+count is `RecordWriter.dropped`, and a warning says so at most once a minute. The
+buffer counts the batch being written too, so a process killed at any moment loses
+at most `buffer_size` records, at most `flush_interval` seconds old (plus a flush's
+own duration). Records older than `retention_days` are deleted hourly.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gateway.records.store import Batch, RecordsError, RecordStore
+
+__all__ = ["RETENTION_EVERY", "RecordWriter"]
+
+logger = logging.getLogger(__name__)
+
+RETENTION_EVERY = 3600.0
+"""Seconds between deletions of records past their retention."""
+DROP_LOG_EVERY = 60.0
+"""Seconds between two warnings about dropped records."""
+
+ToBatch = Callable[[Sequence[Any]], Batch]
+
+
+class RecordWriter:
+    """Buffers records and writes them from its own thread. `start()`, `submit()`..., `close()`."""
+
+    def __init__(
+        self,
+        store: RecordStore,
+        to_batch: ToBatch,
+        *,
+        buffer_size: int,
+        batch_size: int,
+        flush_interval: float,
+        retention_days: float,
+    ) -> None:
+        self.store = store
+        self.to_batch = to_batch
+        self.buffer_size, self.batch_size = buffer_size, batch_size
+        self.flush_interval, self.retention_days = flush_interval, retention_days
+        self.dropped = 0
+        """Records lost so far: buffer full, or the store failed to take them."""
+        self.written = 0
+        self._buffer: list[Any] = []
+        self._in_flight = 0
+        self._wake = threading.Condition()
+        self._flushing = threading.Lock()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._last_drop_log = -DROP_LOG_EVERY
+        self._dropped_unlogged = 0
+        self._next_retention = 0.0
+
+    @property
+    def pending(self) -> int:
+        """Records not yet written: waiting in the buffer, or in the batch being written."""
+        with self._wake:
+            return len(self._buffer) + self._in_flight
+
+    # ---- the call path ----------------------------------------------------------------
+
+    def submit(self, record: Any) -> None:
+        """Queue one record; never blocks on I/O, never raises. A full buffer drops it (counted)."""
+        with self._wake:
+            if len(self._buffer) + self._in_flight >= self.buffer_size:
+                self.dropped += 1
+                full = True
+            else:
+                self._buffer.append(record)
+                full = False
+                if len(self._buffer) == self.batch_size:
+                    self._wake.notify()
+        if full:
+            self._note_drops(1, "the buffer is full (records.buffer_size)")
+
+    # ---- the thread -------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="records-writer", daemon=True)
+            self._thread.start()
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop the thread after a last flush of everything buffered (a clean shutdown loses nothing)."""
+        with self._wake:
+            self._stopping = True
+            self._wake.notify()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        self.flush()
+        self.store.close()
+
+    def _run(self) -> None:
+        next_flush = time.monotonic() + self.flush_interval
+        while True:
+            with self._wake:
+                while not self._stopping and len(self._buffer) < self.batch_size:
+                    left = next_flush - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._wake.wait(left)
+                stopping = self._stopping
+            if stopping:
+                return
+            next_flush = time.monotonic() + self.flush_interval
+            self.flush()
+            self._apply_retention()
+
+    def flush(self) -> None:
+        """Write everything buffered now, in batches; from any thread (feedback flushes before a lookup)."""
+        with self._flushing:
+            with self._wake:
+                taken, self._buffer = self._buffer, []
+                self._in_flight = len(taken)
+            try:
+                for start in range(0, len(taken), self.batch_size):
+                    chunk = taken[start : start + self.batch_size]
+                    try:
+                        self.store.write(self.to_batch(chunk))
+                    except RecordsError as error:
+                        self._lost(len(taken) - start, f"the store failed: {error}")
+                        return
+                    except Exception:  # boundary: a bug in turning records into rows must not stop recording
+                        logger.exception("records: could not write a batch")
+                        self._lost(len(chunk), "a batch could not be written")
+                        continue
+                    self.written += len(chunk)
+                    with self._wake:
+                        self._in_flight -= len(chunk)
+            finally:
+                with self._wake:
+                    self._in_flight = 0
+
+    def _lost(self, count: int, reason: str) -> None:
+        with self._wake:
+            self.dropped += count
+        self._note_drops(count, reason)
+
+    def _note_drops(self, count: int, reason: str) -> None:
+        """A warning at most once a minute, with how many were dropped since the last one."""
+        now = time.monotonic()
+        with self._wake:
+            self._dropped_unlogged += count
+            if now - self._last_drop_log < DROP_LOG_EVERY:
+                return
+            self._last_drop_log, unlogged, self._dropped_unlogged = now, self._dropped_unlogged, 0
+            total = self.dropped
+        logger.warning("records: dropped %d record(s): %s (%d dropped since start)", unlogged, reason, total)
+
+    def _apply_retention(self) -> None:
+        now = time.time()
+        if now < self._next_retention:
+            return
+        self._next_retention = now + RETENTION_EVERY
+        try:
+            deleted = self.store.delete_before(now - self.retention_days * 86400)
+        except RecordsError as error:
+            logger.warning("records: could not delete old records: %s", error)
+            self._next_retention = now + 60  # try again soon
+            return
+        if deleted:
+            logger.info("records: deleted %d execution(s) older than %g days", deleted, self.retention_days)

@@ -1,0 +1,492 @@
+"""Execution records, feedback and searches, on a gateway in process in front of real in-memory servers.
+
+Every test talks to the gateway with the SDK's real client; the records are read back
+from the real store (SQLite in the test's data dir; PostgreSQL in test_records_postgres.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp import Client
+from mcp.server import MCPServer
+
+from gateway.calls import ToolCall, compose
+from gateway.calls.retry import Retries
+from gateway.errors import ERROR_META_KEY, UpstreamUnavailable
+from gateway.records.feedback import FeedbackError, parse_feedback
+from gateway.records.model import FEEDBACK_TOKEN_META_KEY, PendingExecution
+from gateway.records.recorder import CallRecorder
+from gateway.records.redaction import Redactor
+from gateway.records.service import Records, open_store
+from gateway.records.sqlite import SqliteStore
+from gateway.records.store import RecordStore
+from gateway.records.trail import SearchTrail
+from gateway.records.writer import RecordWriter
+from gateway.registry import Registry
+from gateway.router.service import RouterService, build_router
+from gateway.server import GatewayServer
+from gateway.settings import EmbeddingSettings, RecordsSettings, RoutingSettings, Settings
+from gateway.upstream import UpstreamSpec
+from tests.servers.demo_server import create_server
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "hunter2-very-secret"
+SLOW = 60.0
+"""A flush interval no test waits for: what a test reads was flushed on demand or at shutdown."""
+
+
+def vault_server() -> MCPServer:
+    """A server whose tool takes secrets, nested, under several key spellings."""
+    server = MCPServer("vault")
+
+    @server.tool()
+    def login(user: str, password: str, options: dict[str, Any]) -> str:
+        """Log in (and say so)."""
+        return f"welcome {user}"
+
+    return server
+
+
+def records_settings(**overrides: Any) -> RecordsSettings:
+    return RecordsSettings(**({"flush_interval": SLOW} | overrides))
+
+
+@asynccontextmanager
+async def recorded_gateway(
+    tmp_path: Path,
+    *,
+    records: RecordsSettings | None = None,
+    database_url: str | None = None,
+    mode: str = "all",
+    search: bool = False,
+) -> AsyncIterator[GatewayServer]:
+    """A gateway in process with records on, in front of the demo server (`mem`) and `vault`."""
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        database_url=database_url,
+        records=records or records_settings(),
+        routing=RoutingSettings(mode=mode),  # type: ignore[arg-type]
+        embedding=EmbeddingSettings(enabled=False),
+    )
+    specs = [
+        UpstreamSpec(
+            id="mem", prefix="mem", transport="memory", target=create_server("mem"), tool_timeouts={"sleep": 0.3}
+        ),
+        UpstreamSpec(id="vault", prefix="vault", transport="memory", target=vault_server(), secrets=(SECRET,)),
+    ]
+    registry = Registry(specs, settings)
+    kept = Records(settings.records, open_store(settings), lambda server, text: registry.upstreams[server].redact(text))
+    registry.record_calls(kept.recorder)
+    with anyio.fail_after(60):
+        async with registry.running(), kept.running():
+            router = None
+            if search:
+                router = RouterService(registry, settings, lambda: build_router(settings, None))
+                registry.task_group.start_soon(router.run)
+            await registry.wait_settled()
+            if router is not None:
+                await router.complete.wait()
+            yield GatewayServer(registry, settings, router, records=kept)
+
+
+def records_of(gateway: GatewayServer) -> Records:
+    assert gateway.records is not None
+    return gateway.records
+
+
+async def table(gateway: GatewayServer, name: str) -> list[dict[str, Any]]:
+    """Every row of a records table, after writing what is buffered."""
+    records = records_of(gateway)
+    await records.flush()
+    names, rows = await anyio.to_thread.run_sync(records.store.rows, name)
+    return [dict(zip(names, row, strict=True)) for row in rows]
+
+
+def token_of(result: types.CallToolResult) -> str:
+    token = (result.meta or {}).get(FEEDBACK_TOKEN_META_KEY)
+    assert isinstance(token, str) and len(token) == 32
+    return token
+
+
+def text_of(result: types.CallToolResult) -> str:
+    block = result.content[0]
+    assert isinstance(block, types.TextContent)
+    return block.text
+
+
+# ---- what is recorded -------------------------------------------------------------------------
+
+
+async def test_every_call_is_recorded_with_its_status_error_code_and_attempts(tmp_path: Path) -> None:
+    async with recorded_gateway(tmp_path) as gw, Client(gw.server) as client:
+        ok = await client.call_tool("mem__add", {"a": 2, "b": 3})
+        failed = await client.call_tool("mem__fail", {"message": "it broke"})
+        invalid = await client.call_tool("mem__add", {"a": "two", "b": 1})
+        slow = await client.call_tool("mem__sleep", {"seconds": 5})
+        rows = {row["id"]: row for row in await table(gw, "executions")}
+        failures = await table(gw, "failures")
+
+    assert not ok.is_error and failed.is_error and invalid.is_error and slow.is_error
+    assert len(rows) == 4
+    expected = [
+        (ok, "mem__add", "success", None, 1),
+        (failed, "mem__fail", "error", "tool_error", 1),
+        (invalid, "mem__add", "error", "invalid_arguments", 0),
+        (slow, "mem__sleep", "timeout", "upstream_timeout", 1),
+    ]
+    for result, tool, status, code, attempts in expected:
+        row = rows[token_of(result)]
+        assert (row["server"], row["tool"], row["status"], row["error_code"], row["attempts"]) == (
+            "mem",
+            tool,
+            status,
+            code,
+            attempts,
+        )
+        assert row["latency_ms"] >= 0 and row["at"] > 0
+    assert rows[token_of(ok)]["response_summary"] == "5" and rows[token_of(ok)]["response_size"] > 0
+    assert json.loads(rows[token_of(ok)]["arguments"]) == {"a": 2, "b": 3}
+    assert rows[token_of(slow)]["latency_ms"] >= 300
+    by_execution = {f["execution_id"]: f for f in failures}
+    assert set(by_execution) == {token_of(failed), token_of(invalid), token_of(slow)}
+    assert by_execution[token_of(failed)]["details"].endswith("it broke")
+    assert by_execution[token_of(slow)]["error_type"] == "UpstreamTimeout"
+    assert "parameter 'a'" in by_execution[token_of(invalid)]["details"]
+
+
+async def test_arguments_are_redacted_by_key_at_any_depth_and_configured_secrets_are_masked(tmp_path: Path) -> None:
+    arguments = {
+        "user": "ada",
+        "password": SECRET,
+        "options": {"API_KEY": "k-123", "nested": [{"Authorization": "Bearer abc"}], "note": f"mine is {SECRET}"},
+    }
+    async with recorded_gateway(tmp_path) as gw, Client(gw.server) as client:
+        result = await client.call_tool("vault__login", arguments)
+        [row] = await table(gw, "executions")
+    assert text_of(result) == "welcome ada"
+    stored = json.loads(row["arguments"])
+    assert stored == {
+        "user": "ada",
+        "password": "***",
+        "options": {"API_KEY": "***", "nested": [{"Authorization": "***"}], "note": "mine is ***"},
+    }
+    assert SECRET not in json.dumps(row)
+
+
+def test_redaction_globs_are_case_insensitive_and_leave_the_input_alone() -> None:
+    redactor = Redactor(RecordsSettings().redact_keys)
+    data = {
+        "Token": "t",
+        "session_token": "s",
+        "github-key": "g",
+        "keyboard": "k",
+        "max_tokens": 5,
+        "list": [1, {"x": 2}],
+    }
+    assert redactor.redact(data) == {
+        "Token": "***",
+        "session_token": "***",
+        "github-key": "***",
+        "keyboard": "k",
+        "max_tokens": 5,
+        "list": [1, {"x": 2}],
+    }
+    assert data["Token"] == "t"
+    assert Redactor(["ssn"]).redact({"SSN": 1, "password": 2}) == {"SSN": "***", "password": 2}
+
+
+async def test_retried_attempts_are_each_recorded_as_a_failure() -> None:
+    """The recorder outermost, the real retry layer inside it: two refused attempts, then an answer."""
+    submitted: list[PendingExecution] = []
+    errors = [UpstreamUnavailable("refused 1"), UpstreamUnavailable("refused 2")]
+
+    async def send(arguments: dict[str, Any] | None) -> types.CallToolResult:
+        if errors:
+            raise errors.pop(0)
+        return types.CallToolResult(content=[types.TextContent(type="text", text="ok")])
+
+    async def no_wait(server: str, seconds: float) -> None:
+        return None
+
+    retries = Retries(3, 10, eta=lambda server: 0.0, wait_ready=no_wait, initial_wait=0, max_wait=0)
+    chain = compose([CallRecorder(submitted.append, SearchTrail()), retries])
+    tool = types.Tool(name="t", input_schema={"type": "object"})
+    call = ToolCall("s", "s__t", "t", tool, {}, send, timeout=5, idempotent=False)
+    await chain(call)
+    [pending] = submitted
+    assert pending.attempts == 3 and pending.result is not None and pending.error is None
+    assert [(attempt, str(error)) for attempt, error in pending.attempt_errors] == [(1, "refused 1"), (2, "refused 2")]
+    from gateway.records.rows import execution_rows
+
+    values, failures = execution_rows(pending, Redactor([]), lambda text: text)
+    assert values[10:13] == ("success", None, 3)
+    assert [(f.attempt, f.code) for f in failures] == [(1, "upstream_unavailable"), (2, "upstream_unavailable")]
+
+
+# ---- feedback over MCP ----------------------------------------------------------------------------
+
+
+async def test_feedback_round_trip_over_mcp_right_after_the_call(tmp_path: Path) -> None:
+    async with recorded_gateway(tmp_path) as gw, Client(gw.server) as client:
+        result = await client.call_tool("mem__add", {"a": 1, "b": 1})
+        token = token_of(result)
+        assert records_of(gw).writer.pending == 1  # not written yet: the lookup must make it so
+        rated = await client.call_tool("submit_feedback", {"token": token, "rating": "up", "comment": "spot on"})
+        again = await client.call_tool("submit_feedback", {"token": token, "score": 2})
+        unknown = await client.call_tool("submit_feedback", {"token": "0" * 32, "rating": "down"})
+        [feedback] = await table(gw, "feedback")
+    assert not rated.is_error and rated.structured_content == {"recorded": True, "tool": "mem__add"}
+    assert again.is_error and "already rated" in text_of(again)
+    assert (again.meta or {})[ERROR_META_KEY]["code"] == "invalid_arguments"
+    assert unknown.is_error and "Unknown feedback token" in text_of(unknown)
+    assert (feedback["token"], feedback["execution_id"], feedback["rating"], feedback["score"]) == (
+        token,
+        token,
+        "up",
+        None,
+    )
+    assert feedback["comment"] == "spot on"
+
+
+async def test_error_results_carry_a_feedback_token_too_and_can_be_rated(tmp_path: Path) -> None:
+    async with recorded_gateway(tmp_path) as gw, Client(gw.server) as client:
+        failed = await client.call_tool("mem__fail", {"message": "no"})
+        invalid = await client.call_tool("mem__add", {})
+        rated = await client.call_tool("submit_feedback", {"token": token_of(failed), "rating": "down", "score": 1})
+        assert token_of(invalid) != token_of(failed)
+    assert not rated.is_error
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        ({}, "`token`"),
+        ({"token": "abc", "rating": "up"}, "`token`"),
+        ({"token": "a" * 32}, "`rating`"),
+        ({"token": "a" * 32, "rating": "meh"}, "`rating`"),
+        ({"token": "a" * 32, "score": 6}, "`score`"),
+        ({"token": "a" * 32, "score": True}, "`score`"),
+        ({"token": "a" * 32, "score": 3, "comment": 5}, "`comment`"),
+        ({"token": "a" * 32, "score": 3, "comment": "x" * 2001}, "`comment`"),
+        ({"token": "a" * 32, "score": 3, "stars": 5}, "stars"),
+    ],
+)
+def test_bad_feedback_is_refused_naming_the_field(arguments: dict[str, Any], named: str) -> None:
+    with pytest.raises(FeedbackError) as refused:
+        parse_feedback(arguments)
+    assert named in refused.value.message and refused.value.status == 400
+
+
+@pytest.mark.parametrize("mode", ["all", "search", "dynamic"])
+async def test_submit_feedback_is_listed_in_every_exposure_mode(tmp_path: Path, mode: str) -> None:
+    async with recorded_gateway(tmp_path, mode=mode) as gw, Client(gw.server) as client:
+        names = [t.name for t in (await client.list_tools()).tools]
+    assert "submit_feedback" in names
+    if mode != "all":
+        assert names[:3] == ["search_tools", "call_tool", "submit_feedback"]
+
+
+async def test_without_records_there_is_no_feedback_tool_and_no_token(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path / "data")
+    registry = Registry(
+        [UpstreamSpec(id="mem", prefix="mem", transport="memory", target=create_server("mem"))], settings
+    )
+    with anyio.fail_after(30):
+        async with registry.running():
+            await registry.wait_settled()
+            async with Client(GatewayServer(registry, settings).server) as client:
+                names = [t.name for t in (await client.list_tools()).tools]
+                result = await client.call_tool("mem__add", {"a": 1, "b": 2})
+                refused = await client.call_tool("submit_feedback", {"token": "a" * 32, "rating": "up"})
+    assert "submit_feedback" not in names
+    assert FEEDBACK_TOKEN_META_KEY not in (result.meta or {})
+    assert refused.is_error and "keeps no records" in text_of(refused)
+
+
+# ---- searches ------------------------------------------------------------------------------------------
+
+
+async def test_searches_are_recorded_and_a_call_is_tied_to_the_search_that_returned_its_tool(tmp_path: Path) -> None:
+    async with recorded_gateway(tmp_path, mode="search", search=True) as gw, Client(gw.server) as client:
+        found = await client.call_tool("search_tools", {"query": "add two integers", "limit": 3})
+        names = [t["name"] for t in (found.structured_content or {})["tools"]]
+        tied = await client.call_tool("call_tool", {"name": "mem__add", "arguments": {"a": 1, "b": 2}})
+        untied = await client.call_tool("vault__login", {"user": "a", "password": "b", "options": {}})
+        async with Client(gw.server, mode="legacy") as other:  # another session: no search of its own
+            other_call = await other.call_tool("mem__add", {"a": 1, "b": 2})
+        [search] = await table(gw, "searches")
+        rows = {row["id"]: row for row in await table(gw, "executions")}
+    assert "mem__add" in names and "vault__login" not in names
+    assert search["query"] == "add two integers" and json.loads(search["results"]) == names
+    assert search["latency_ms"] >= 0 and search["session_id"]
+    assert rows[token_of(tied)]["search_id"] == search["id"]
+    assert rows[token_of(tied)]["session_id"] == search["session_id"]
+    assert rows[token_of(untied)]["search_id"] is None
+    assert rows[token_of(other_call)]["search_id"] is None
+    assert rows[token_of(other_call)]["session_id"] != search["session_id"]
+
+
+async def test_search_text_is_not_kept_when_store_queries_is_off(tmp_path: Path) -> None:
+    settings = records_settings(store_queries=False)
+    async with recorded_gateway(tmp_path, mode="search", search=True, records=settings) as gw, Client(gw.server) as c:
+        await c.call_tool("search_tools", {"query": "add two integers private words", "limit": 2})
+        [search] = await table(gw, "searches")
+    assert search["query"] is None and "mem__add" in json.loads(search["results"])
+
+
+def test_the_search_trail_is_bounded_in_keys_searches_and_time() -> None:
+    now = [0.0]
+    trail = SearchTrail(max_keys=2, per_key=2, window=10, clock=lambda: now[0])
+    trail.add(["s:a"], "s1", ["t1"])
+    trail.add(["s:a"], "s2", ["t2"])
+    trail.add(["s:a"], "s3", ["t3"])
+    assert trail.find(["s:a"], "t1") is None and trail.find(["s:a"], "t3") == "s3"  # per_key
+    trail.add(["s:b", "c:x"], "s4", ["t1"])
+    assert len(trail) == 2 and trail.find(["s:a"], "t3") is None  # max_keys: the least recent key went
+    assert trail.find(["s:zzz", "c:x"], "t1") == "s4"  # falls back to the caller's key
+    now[0] = 11
+    assert trail.find(["c:x"], "t1") is None  # window
+
+
+# ---- usage signals -------------------------------------------------------------------------------
+
+
+async def test_usage_signals_come_from_calls_and_feedback_with_the_search_they_followed(tmp_path: Path) -> None:
+    async with recorded_gateway(tmp_path, mode="search", search=True) as gw, Client(gw.server) as client:
+        await check_usage_signals(gw, client)
+
+
+async def check_usage_signals(gw: GatewayServer, client: Client) -> None:
+    """Shared by both backends: a search, a tied success rated down, a failure by name scored 4."""
+    records = records_of(gw)
+    await client.call_tool("search_tools", {"query": "add two integers", "limit": 3})
+    tied = await client.call_tool("call_tool", {"name": "mem__add", "arguments": {"a": 1, "b": 2}})
+    failed = await client.call_tool("mem__fail", {"message": "no"})
+    await client.call_tool("submit_feedback", {"token": token_of(tied), "rating": "down"})
+    await client.call_tool("submit_feedback", {"token": token_of(failed), "score": 4})
+    await records.flush()
+    signals = await records.store.usage_signals()
+    assert [(s.query, s.tool, s.value, s.kind) for s in signals] == [
+        ("add two integers", "mem__add", 1.0, "call"),
+        (None, "mem__fail", -1.0, "call"),
+        ("add two integers", "mem__add", -1.0, "feedback"),
+        (None, "mem__fail", 0.5, "feedback"),
+    ]
+    assert [s.at for s in signals] == sorted(s.at for s in signals)
+    later = await records.store.usage_signals(since=signals[2].at)
+    assert [s.kind for s in later] == ["feedback", "feedback"]
+
+
+# ---- the store down, the buffer full, retention ----------------------------------------------------------
+
+
+async def test_calls_work_and_drops_are_counted_when_the_sqlite_file_cannot_be_written(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the data directory should be")
+    async with recorded_gateway(blocker, records=records_settings()) as gw, Client(gw.server) as client:
+        results = [await client.call_tool("mem__add", {"a": i, "b": 1}) for i in range(3)]
+        token = token_of(results[0])
+        rated = await client.call_tool("submit_feedback", {"token": token, "rating": "up"})
+        records = records_of(gw)
+        await records.flush()
+        assert records.writer.dropped == 3 and records.writer.pending == 0
+    assert [r.structured_content for r in results] == [{"result": 1}, {"result": 2}, {"result": 3}]
+    assert rated.is_error and "could not be saved" in text_of(rated)
+    assert (rated.meta or {})[ERROR_META_KEY]["code"] == "execution_error"
+
+
+class FailingStore(SqliteStore):
+    """A real SQLite store that refuses writes while `down` is set."""
+
+    down = False
+
+    def write(self, batch: Any) -> None:
+        if self.down:
+            from gateway.records.store import StoreUnavailable
+
+            raise StoreUnavailable("down for the test")
+        super().write(batch)
+
+
+def test_a_full_buffer_drops_and_counts_and_a_failed_batch_is_counted_too(tmp_path: Path) -> None:
+    store = FailingStore(tmp_path / "r.sqlite3")
+    records = Records(records_settings(buffer_size=3, batch_size=100), store)
+    for i in range(5):
+        records.record_search(f"q{i}", ["a"], 1.0, session_id=None, client_id=None)
+    assert records.writer.pending == 3 and records.writer.dropped == 2
+    store.down = True
+    records.writer.flush()
+    assert records.writer.dropped == 5 and records.writer.pending == 0
+    store.down = False
+    submit_row = records.record_search("kept", ["a"], 1.0, session_id="s", client_id="c")
+    records.writer.close()
+    names, rows = SqliteStore(tmp_path / "r.sqlite3").rows("searches")
+    assert [row[names.index("id")] for row in rows] == [submit_row]
+
+
+def test_the_writer_flushes_on_its_own_when_a_batch_is_full(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "r.sqlite3")
+    records = Records(records_settings(buffer_size=100, batch_size=5), store)
+    records.writer.start()
+    try:
+        for i in range(5):
+            records.record_search(f"q{i}", [], 1.0, session_id=None, client_id=None)
+        with anyio.from_thread.start_blocking_portal() as portal:
+            portal.call(_wait_written, records.writer, 5)
+    finally:
+        records.writer.close()
+    assert len(store.rows("searches")[1]) == 5
+
+
+async def _wait_written(writer: RecordWriter, count: int) -> None:
+    with anyio.fail_after(10):
+        while writer.written < count:
+            await anyio.sleep(0.01)
+
+
+def test_retention_deletes_old_records_with_their_failures_and_feedback(tmp_path: Path) -> None:
+    store: RecordStore = SqliteStore(tmp_path / "r.sqlite3")
+    from gateway.records.model import FailureRow, FeedbackRow, SearchRow
+    from gateway.records.store import Batch
+
+    def execution(id_: str, at: float) -> tuple[Any, ...]:
+        return (id_, at, "s", "s__t", None, None, "{}", "ok", 2, 1.0, "error", "tool_error", 1, None)
+
+    batch = Batch(
+        executions=[execution("old", 100.0), execution("new", 10_000.0)],
+        failures=[FailureRow("old", 0, 1, "ErrorResult", "tool_error", "x"), FailureRow("new", 0, 1, "E", "c", "y")],
+        searches=[SearchRow("s-old", 100.0, None, None, "q", (), 1.0)],
+    )
+    store.write(batch)
+    store.add_feedback(FeedbackRow("old", "old", 9_000.0, "up", None, None, None))
+    assert store.delete_before(5_000.0) == 1
+    assert [row[0] for row in store.rows("executions")[1]] == ["new"]
+    assert [row[0] for row in store.rows("failures")[1]] == ["new"]
+    assert store.rows("feedback")[1] == [] and store.rows("searches")[1] == []
+    store.close()
+
+
+def test_migrations_run_once_and_are_versioned(tmp_path: Path) -> None:
+    path = tmp_path / "r.sqlite3"
+    first = SqliteStore(path)
+    assert first.schema_version() == 1
+    first.close()
+    again = SqliteStore(path)
+    assert again.schema_version() == 1
+    names, rows = again.rows("executions")
+    assert rows == [] and names[:4] == ["id", "at", "server", "tool"]
+    again.close()
+
+
+def test_a_database_url_that_is_not_postgresql_is_refused_clearly(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"must be a postgresql:// URL .* got mysql:"):
+        open_store(Settings(data_dir=tmp_path, database_url="mysql://u:secret@h/db"))
