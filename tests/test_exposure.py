@@ -166,8 +166,9 @@ async def test_an_http_client_may_ask_for_another_mode_on_the_url(tmp_path: Path
     process, url = start_gateway_http(_http_config(tmp_path), tmp_path)
     try:
         with anyio.fail_after(60):
-            async with Client(url + "?mode=search") as client:
-                assert [t.name for t in (await client.list_tools()).tools] == ["search_tools", "call_tool"]
+            async with Client(url + "?mode=search") as client:  # records are on: feedback is a gateway tool too
+                names = [t.name for t in (await client.list_tools()).tools]
+                assert names == ["search_tools", "call_tool", "submit_feedback"]
             async with Client(url) as client:
                 assert "mem__add" in {t.name for t in (await client.list_tools()).tools}
     finally:

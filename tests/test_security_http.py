@@ -160,7 +160,7 @@ async def test_a_key_limited_to_one_server_cannot_list_another_servers_tools(gat
     with anyio.fail_after(60):
         async with client_for(gateway.url, KEYS["alpha"]) as client:
             names = await all_tool_names(client)
-            assert names and all(n.startswith("alpha__") for n in names)
+            assert names and all(n.startswith("alpha__") or n == "submit_feedback" for n in names)
             prompts = [p.name for p in (await client.list_prompts()).prompts]
             assert prompts == ["alpha__greet"]
             resources = [r.uri for r in (await client.list_resources()).resources]
@@ -179,7 +179,7 @@ async def test_a_key_limited_to_one_server_cannot_find_another_servers_tools(gat
             found = [tool["name"] for tool in (result.structured_content or {})["tools"]]
             assert found and all(name.startswith("alpha__") for name in found)
             names = await all_tool_names(client)
-            assert all(n.startswith("alpha__") or n in ("search_tools", "call_tool") for n in names)
+            assert all(n.startswith("alpha__") or n in ("search_tools", "call_tool", "submit_feedback") for n in names)
     response = post(f"{gateway.base}/route", {"query": "echo the text back", "k": 50}, key=KEYS["alpha"])
     assert response.status_code == 200
     routed = [tool["name"] for tool in response.json()["tools"]]
