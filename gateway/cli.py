@@ -490,6 +490,7 @@ def _records(settings: Settings, registry: Registry) -> Records | None:
 
     records = Records(settings.records, open_store(settings), mask)
     registry.record_calls(records.recorder)
+    registry.metrics.watch_records_dropped(lambda: records.writer.dropped)
     return records
 
 

@@ -94,6 +94,10 @@ async def test_feedback_over_http_post_behind_the_same_auth_and_scopes_as_mcp(tm
                 feedback, json={}, timeout=30, headers={"Authorization": f"Bearer {KEYS['admin']}", "Host": "evil.test"}
             )
             assert foreign.status_code == 403
+            metrics = httpx2.get(
+                url.removesuffix("/mcp") + "/metrics", headers={"Authorization": f"Bearer {KEYS['admin']}"}, timeout=30
+            )
+            assert "mcp_gateway_records_dropped_total 0.0" in metrics.text  # the writer's count, read at scrape time
     finally:
         stop_process(process)
     rows = {row["token"]: row for row in records_rows(tmp_path / "data", "feedback")}
