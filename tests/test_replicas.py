@@ -205,7 +205,11 @@ async def test_one_clients_requests_alternate_between_the_replicas_and_all_succe
 async def test_search_mode_searches_and_calls_across_the_replicas(replicas: Replicas, mode: str) -> None:
     with anyio.fail_after(60):
         async with replicas.client(mode=mode, query="?mode=search") as (client, balancer):
-            assert [t.name for t in (await client.list_tools()).tools] == ["search_tools", "call_tool"]
+            assert [t.name for t in (await client.list_tools()).tools] == [
+                "search_tools",
+                "call_tool",
+                "submit_feedback",
+            ]
             found = await client.call_tool("search_tools", {"query": "add two integers", "limit": 3})
             assert not found.is_error
             assert (found.structured_content or {})["tools"][0]["name"].endswith("__add")
@@ -226,7 +230,11 @@ async def test_dynamic_mode_behaves_as_search_without_sessions(replicas: Replica
     with anyio.fail_after(60):
         async with replicas.client(mode="legacy", query="?mode=dynamic") as (client, _):
             assert not (await client.call_tool("search_tools", {"query": "add two integers"})).is_error
-            assert [t.name for t in (await client.list_tools()).tools] == ["search_tools", "call_tool"]
+            assert [t.name for t in (await client.list_tools()).tools] == [
+                "search_tools",
+                "call_tool",
+                "submit_feedback",
+            ]
 
 
 async def test_a_resource_subscription_is_refused_with_the_reason(replicas: Replicas) -> None:
