@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import anyio
 import mcp_types as types
+from pydantic import ValidationError
 
 from gateway.auth import MIN_KEY_LENGTH, Authenticator, hash_key, new_key
 from gateway.config import ConfigError, GatewayConfig, load_config
@@ -28,8 +29,8 @@ from gateway.health import server_health
 from gateway.http import bind_socket, serve_http
 from gateway.integrity import IntegrityStore
 from gateway.plugins import PluginInfo, PluginManager, get_plugin_manager, plugin_directory
-from gateway.records.service import Records, open_store
-from gateway.records.store import RecordsError
+from gateway.records.service import SQLITE_FILE, Records, open_store
+from gateway.records.store import RecordsError, RecordStore
 from gateway.registry import (
     RegistrationError,
     Registry,
@@ -40,7 +41,7 @@ from gateway.registry import (
 from gateway.router.service import RouterService, build_router, learning_parameters, load_router_embedder
 from gateway.security_config import AuthConfig
 from gateway.server import GatewayServer, serve_stdio
-from gateway.settings import Settings
+from gateway.settings import Settings, describe_settings_error
 from gateway.upstream import Upstream
 from gateway.vetting import ToolVetter
 
@@ -137,7 +138,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    settings = Settings()
+    try:
+        settings = Settings()
+    except ValidationError as exc:  # GATEWAY_* variables or .env
+        raise _Usage(f"settings error: {describe_settings_error(exc)}") from None
     updates: dict[str, Any] = {}
     if args.config is not None:
         updates["config"] = args.config
@@ -311,10 +315,16 @@ async def _search(registry: Registry, pm: PluginManager, query: str, k: int | No
         raise _Usage("search needs a non-empty QUERY and --k from 1 to 50")
     async with registry.running():
         await registry.wait_settled(settings.startup_timeout + 5)
-        router = RouterService(registry, settings, lambda: build_router(settings, pm))
-        router.router = await anyio.to_thread.run_sync(router.make_router)
-        await router.sync()
-        hits = await router.search(query, k, settings.routing.threshold)
+        store = _recorded_store(settings)
+        try:
+            router = RouterService(registry, settings, lambda: build_router(settings, pm), store)
+            router.router = await anyio.to_thread.run_sync(router.make_router)
+            await router.sync()
+            await router.refresh_signals()  # rank as the serving gateway does, with what it learnt
+            hits = await router.search(query, k, settings.routing.threshold)
+        finally:
+            if store is not None:
+                store.close()
     if as_json:
         print(json.dumps([{"name": h.name, "score": round(h.score, 4)} for h in hits], indent=2))
     elif not hits:
@@ -465,7 +475,8 @@ async def _serve(
         tg.start_soon(_exit_on_signal, stop)
         records = _records(settings, registry)
         async with registry.running(), records.running() if records else contextlib.nullcontext():
-            router = RouterService(registry, settings, lambda: build_router(settings, pm))
+            signals = records.store if records is not None else None  # the router learns from the records
+            router = RouterService(registry, settings, lambda: build_router(settings, pm), signals)
             registry.task_group.start_soon(router.run, name="router")
             registry.task_group.start_soon(vetter.watch, registry.revet, name="approvals")
             gateway = GatewayServer(
@@ -477,6 +488,15 @@ async def _serve(
                 await serve_http(gateway, settings, sock, stop=stop, ready=announce)
         tg.cancel_scope.cancel()
     return EXIT_OK
+
+
+def _recorded_store(settings: Settings) -> RecordStore | None:
+    """The records a serving gateway learns from, for one-shot commands; None if there are none yet."""
+    if not (settings.records.enabled and settings.learning.enabled):
+        return None
+    if settings.database_url is None and not (settings.data_dir / SQLITE_FILE).exists():
+        return None
+    return open_store(settings)
 
 
 def _records(settings: Settings, registry: Registry) -> Records | None:

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = [
@@ -239,3 +239,22 @@ class Settings(BaseSettings):
     plugins: PluginSettings = Field(default_factory=PluginSettings)
     resilience: ResilienceSettings = Field(default_factory=ResilienceSettings)
     records: RecordsSettings = Field(default_factory=RecordsSettings)
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_database_url(cls, value: str | None) -> str | None:
+        if value and not value.startswith(("postgresql://", "postgres://")):
+            scheme = value.split(":", 1)[0]
+            raise ValueError(
+                f"must be a postgresql:// URL, or unset for SQLite files in the data dir; got {scheme}:..."
+            )
+        return value or None
+
+
+def describe_settings_error(error: ValidationError) -> str:
+    """A settings error as the environment variables people set, never with their values (secrets)."""
+    parts = []
+    for item in error.errors():
+        name = "GATEWAY_" + "__".join(str(part) for part in item["loc"]).upper()
+        parts.append(f"{name}: {item['msg'].removeprefix('Value error, ')}")
+    return "; ".join(parts)

@@ -5,7 +5,8 @@ The `replicas` fixture starts one real PostgreSQL database (tests/postgres.py) a
 `GATEWAY_DATABASE_URL` pointing at that database and `GATEWAY_HTTP__STATELESS=true`. The
 second starts once the first has embedded the catalog. Clients reach them through a
 round-robin HTTP transport: consecutive requests of one client go to alternate replicas,
-as behind a load balancer without session affinity.
+as behind a load balancer without session affinity. Feedback given through one replica is
+learnt by the router of the other, through the shared records.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
 from gateway.auth import hash_key, new_key
+from gateway.records.model import FEEDBACK_TOKEN_META_KEY
 from tests.conftest import DEMO_SERVER, start_gateway_http, stop_process, write_config
 from tests.prometheus import Samples, samples, value
 
@@ -149,6 +151,8 @@ def replicas(postgres_server: PostgresServer, tmp_path_factory: pytest.TempPathF
         "GATEWAY_HTTP__STATELESS": "true",
         "GATEWAY_EMBEDDING__THREADS": "1",
         "GATEWAY_LOG_LEVEL": "INFO",
+        "GATEWAY_RECORDS__FLUSH_INTERVAL": "0.2",
+        "GATEWAY_LEARNING__REFRESH_SECONDS": "0.5",
     }
     deployment = Replicas([], keys, database_url, database)
     try:
@@ -224,6 +228,41 @@ def test_the_second_replica_takes_every_embedding_from_the_shared_cache(replicas
     assert value(second, "mcp_gateway_router_documents_embedded_total") == 0
     assert (value(second, "mcp_gateway_router_documents_cached_total") or 0) > 0
     assert "0 tool documents embedded" in replicas.replicas[1].log.read_text()
+
+
+def _route_scores(replicas: Replicas, index: int, query: str) -> dict[str, float]:
+    """What `POST /route` on one replica scores each tool for `query`."""
+    body = {"query": query, "k": 50}
+    response = httpx2.post(f"{replicas.replicas[index].base}/route", json=body, headers=replicas.headers(), timeout=10)
+    response.raise_for_status()
+    return {tool["name"]: tool["score"] for tool in response.json()["tools"]}
+
+
+async def test_feedback_given_through_one_replica_is_seen_by_the_router_of_the_other(replicas: Replicas) -> None:
+    query, unrelated = "say my words back to me, unchanged, for the replica feedback check", "add two integers"
+    target = "child__echo"
+
+    def gains() -> tuple[float, float]:
+        """How much replica 1 raised the target since the start, for this query and for an unrelated one
+        (calls by name in other tests add a small query-independent prior to both)."""
+        return (
+            _route_scores(replicas, 1, query)[target] - before,
+            _route_scores(replicas, 1, unrelated)[target] - before_unrelated,
+        )
+
+    before, before_unrelated = _route_scores(replicas, 1, query)[target], _route_scores(replicas, 1, unrelated)[target]
+    with anyio.fail_after(60):
+        async with replicas.client(pin=0, query="?mode=search") as (client, _):
+            found = await client.call_tool("search_tools", {"query": query, "limit": 50})
+            assert target in {tool["name"] for tool in (found.structured_content or {})["tools"]}
+            result = await client.call_tool("call_tool", {"name": target, "arguments": {"text": "hello"}})
+            assert _text(result) == "hello" and result.meta is not None
+            token = result.meta[FEEDBACK_TOKEN_META_KEY]
+            rated = await client.call_tool("submit_feedback", {"token": token, "rating": "up"})
+            assert not rated.is_error, _text(rated)
+        while (gain := gains())[0] <= gain[1] + 0.02:
+            await anyio.sleep(0.2)  # replica 1 reads the shared records every 0.5 s
+    assert gain[0] <= 0.25 + 0.03 + 1e-6  # bounded: GATEWAY_LEARNING__MAX_BOOST plus the prior
 
 
 async def test_dynamic_mode_behaves_as_search_without_sessions(replicas: Replicas) -> None:
