@@ -192,3 +192,21 @@ def test_the_router_ranks_the_built_in_plugins_tools_on_the_example_config(
     )
     assert result.returncode == 0, result.stderr
     assert expected in [hit["name"] for hit in json.loads(result.stdout)]
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("GATEWAY_DATABASE_URL", "mysql://user:hunter2@db/gw", "GATEWAY_DATABASE_URL: must be a postgresql:// URL"),
+        ("GATEWAY_HTTP__PORT", "eighty", "GATEWAY_HTTP__PORT: Input should be a valid integer"),
+    ],
+)
+def test_a_bad_setting_names_the_variable_without_its_value(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], variable: str, value: str, message: str
+) -> None:
+    from gateway.cli import run
+
+    monkeypatch.setenv(variable, value)
+    assert run(["tools"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"mcp-gateway: settings error: {message}") and value not in err
