@@ -389,5 +389,9 @@ def test_migrations_run_once_and_are_versioned(tmp_path: Path) -> None:
 
 
 def test_a_database_url_that_is_not_postgresql_is_refused_clearly(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=r"must be a postgresql:// URL .* got mysql:"):
-        open_store(Settings(data_dir=tmp_path, database_url="mysql://u:secret@h/db"))
+    with pytest.raises(ValueError, match=r"must be a postgresql:// URL, or unset .* got mysql:\.\.\."):
+        Settings(data_dir=tmp_path, database_url="mysql://u:secret@h/db")
+    bypassing = Settings(data_dir=tmp_path).model_copy(update={"database_url": "mysql://u:secret@h/db"})
+    with pytest.raises(ValueError, match=r"must be a postgresql:// URL .* got mysql:") as refused:
+        open_store(bypassing)
+    assert "secret" not in str(refused.value)
