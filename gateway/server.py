@@ -10,14 +10,13 @@ handshake-era clients, `subscriptions/listen` streams for 2026-07-28 clients).
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import time
 import warnings
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types as types
@@ -38,7 +37,6 @@ from mcp.server.subscriptions import (
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from gateway.catalog import expose_uri
 from gateway.errors import GatewayError, InvalidArguments, error_result
 from gateway.exposure import (
     CALL_TOOL,
@@ -54,6 +52,14 @@ from gateway.exposure import (
 from gateway.http_guard import forwardable_token, principal_in
 from gateway.limits import cap_result, check_arguments, check_session_calls
 from gateway.metrics import SearchStatus
+from gateway.pagination import page
+from gateway.passthrough import (
+    expose_block,
+    expose_result_uris,
+    forwarded_meta,
+    progress_forwarder,
+    rename_contents,
+)
 from gateway.records.callers import CallerIds
 from gateway.records.feedback import FEEDBACK_TOOL, feedback_tool_result
 from gateway.records.model import EXECUTION_ID_NOTE, FEEDBACK_TOKEN_META_KEY
@@ -81,56 +87,7 @@ _INSTRUCTIONS = (
 )
 RESOURCE_NOT_FOUND = -32002
 """The MCP specification's error code for an unknown resource URI."""
-_RESERVED_META_PREFIX = "io.modelcontextprotocol/"
 _LEVELS: list[types.LoggingLevel] = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
-
-
-def _forwarded_meta(ctx: ServerRequestContext[Any, Any]) -> types.RequestParamsMeta | None:
-    """The downstream request's `_meta` minus what the SDK manages per hop, plus a log opt-in.
-
-    The progress token and the protocol envelope keys belong to one connection; the
-    SDK sets its own on the upstream request. A 2026-07-28 upstream sends log messages
-    only for requests that opt in, so the gateway opts in at the level the client
-    asked for: its own opt-in on 2026-07-28, its `logging/setLevel` (default: every
-    level) on the handshake era.
-    """
-    forwarded = {
-        k: v
-        for k, v in dict(ctx.meta or {}).items()
-        if k not in ("progressToken", "progress_token") and not k.startswith(_RESERVED_META_PREFIX)
-    }
-    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-        level = (ctx.meta or {}).get(types.LOG_LEVEL_META_KEY)
-    else:
-        connection = connection_of(ctx)
-        level = connection.state.get("log_level", "debug") if connection is not None else "debug"
-    if level is not None:
-        forwarded[types.LOG_LEVEL_META_KEY] = level
-    return cast(types.RequestParamsMeta, forwarded) if forwarded else None
-
-
-def _encode_cursor(offset: int) -> str:
-    return base64.urlsafe_b64encode(json.dumps({"o": offset}).encode()).decode()
-
-
-def _decode_cursor(cursor: str | None) -> int:
-    if not cursor:
-        return 0
-    try:
-        offset = json.loads(base64.urlsafe_b64decode(cursor.encode()))["o"]
-    except (ValueError, KeyError, TypeError):
-        raise MCPError(
-            types.INVALID_PARAMS, f"Invalid cursor {cursor!r}: pass back a nextCursor value unchanged."
-        ) from None
-    if not isinstance(offset, int) or offset < 0:
-        raise MCPError(types.INVALID_PARAMS, f"Invalid cursor {cursor!r}.")
-    return offset
-
-
-def _page(items: list[Any], params: types.PaginatedRequestParams | None, size: int) -> tuple[list[Any], str | None]:
-    offset = _decode_cursor(params.cursor if params else None)
-    page = items[offset : offset + size]
-    return page, _encode_cursor(offset + size) if offset + size < len(items) else None
 
 
 class _GatewayLowLevelServer(Server[Any]):
@@ -320,7 +277,7 @@ class GatewayServer:
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         await self._settled()
-        tools, cursor = _page(self._visible_tools(ctx), params, self.settings.page_size)
+        tools, cursor = page(self._visible_tools(ctx), params, self.settings.page_size)
         return types.ListToolsResult(tools=tools, next_cursor=cursor)
 
     def _visible_tools(self, ctx: ServerRequestContext[Any, Any]) -> list[types.Tool]:
@@ -356,11 +313,11 @@ class GatewayServer:
                     params.name,
                     params.arguments,
                     progress=progress,
-                    meta=_forwarded_meta(ctx),
+                    meta=forwarded_meta(ctx),
                     caller_token=token,
                     notes=notes,
                 )
-                capped = cap_result(_expose_result_uris(result, upstream.spec.prefix), self.security.limits)
+                capped = cap_result(expose_result_uris(result, upstream.spec.prefix), self.security.limits)
                 return _with_feedback_token(capped, notes)
 
             return await self._interactive(ctx, params, upstream, send)
@@ -469,7 +426,7 @@ class GatewayServer:
         await self._settled()
         principal = principal_in(ctx.request)
         items = [e.item for e in self.registry.catalog.prompts.values() if visible(principal, e)]
-        prompts, cursor = _page(items, params, self.settings.page_size)
+        prompts, cursor = page(items, params, self.settings.page_size)
         return types.ListPromptsResult(prompts=prompts, next_cursor=cursor)
 
     async def _get_prompt(
@@ -487,11 +444,10 @@ class GatewayServer:
                 token,
                 upstream,
                 f"prompts/get {params.name!r}",
-                lambda c: c.get_prompt(original, params.arguments, meta=_forwarded_meta(ctx)),
+                lambda c: c.get_prompt(original, params.arguments, meta=forwarded_meta(ctx)),
             )
             messages = [
-                m.model_copy(update={"content": _expose_block(m.content, upstream.spec.prefix)})
-                for m in result.messages
+                m.model_copy(update={"content": expose_block(m.content, upstream.spec.prefix)}) for m in result.messages
             ]
             return result.model_copy(update={"messages": messages})
 
@@ -505,7 +461,7 @@ class GatewayServer:
         await self._settled()
         principal = principal_in(ctx.request)
         items = [e.item for e in self.registry.catalog.resources.values() if visible(principal, e)]
-        resources, cursor = _page(items, params, self.settings.page_size)
+        resources, cursor = page(items, params, self.settings.page_size)
         return types.ListResourcesResult(resources=resources, next_cursor=cursor)
 
     async def _list_resource_templates(
@@ -514,7 +470,7 @@ class GatewayServer:
         await self._settled()
         principal = principal_in(ctx.request)
         items = [e.item for e in self.registry.catalog.templates.values() if visible(principal, e)]
-        templates, cursor = _page(items, params, self.settings.page_size)
+        templates, cursor = page(items, params, self.settings.page_size)
         return types.ListResourceTemplatesResult(resource_templates=templates, next_cursor=cursor)
 
     def _resource(self, uri: str, ctx: ServerRequestContext[Any, Any]) -> tuple[Upstream, str]:
@@ -535,9 +491,9 @@ class GatewayServer:
                 token,
                 upstream,
                 f"resources/read {params.uri!r}",
-                lambda c: c.read_resource(original, meta=_forwarded_meta(ctx), cache_mode="bypass"),
+                lambda c: c.read_resource(original, meta=forwarded_meta(ctx), cache_mode="bypass"),
             )
-            return _rename_contents(result, original, params.uri, upstream.spec.prefix)
+            return rename_contents(result, original, params.uri, upstream.spec.prefix)
 
         return await self._as_protocol_error(self._interactive(ctx, params, upstream, send))
 
@@ -663,13 +619,13 @@ class GatewayServer:
 
         if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS or not _may_be_asked(ctx):
             with self.registry.relay.scope(upstream.id, ctx):
-                return await send(_progress_forwarder(lambda: ctx))
+                return await send(progress_forwarder(lambda: ctx))
 
         exchange = Exchange(ctx=ctx)
 
         async def run_call() -> Any:
             with self.registry.relay.scope(upstream.id, ctx, exchange):
-                return await send(_progress_forwarder(lambda: exchange.ctx or ctx))
+                return await send(progress_forwarder(lambda: exchange.ctx or ctx))
 
         self.exchanges.open(exchange)
         self.registry.task_group.start_soon(exchange.run, run_call)
@@ -706,55 +662,6 @@ def _with_feedback_token(result: Any, notes: dict[str, Any]) -> Any:
 def _may_be_asked(ctx: ServerRequestContext[Any, Any]) -> bool:
     caps = ctx.session.client_capabilities
     return caps is not None and (caps.sampling is not None or caps.elicitation is not None or caps.roots is not None)
-
-
-def _progress_forwarder(current: Callable[[], ServerRequestContext[Any, Any]]) -> Any:
-    """A progress callback for the upstream call that reports on the client's current request.
-
-    Always passed: whether the client asked for progress is known only to the SDK's
-    dispatch context (a token on JSON-RPC transports, a callback in memory), and
-    `report_progress` is a no-op when it did not.
-    """
-
-    async def forward(progress: float, total: float | None, message: str | None) -> None:
-        try:
-            await current().session.report_progress(progress, total, message)
-        except Exception:  # boundary: progress is best effort and must not fail the call
-            logger.debug("could not forward progress", exc_info=True)
-
-    return forward
-
-
-def _rename_contents(
-    result: types.ReadResourceResult, original: str, requested: str, prefix: str
-) -> types.ReadResourceResult:
-    """Contents carry the URI the client asked for (or, for sub-resources, their exposed URI)."""
-    contents = [
-        c.model_copy(update={"uri": requested if c.uri == original else expose_uri(prefix, c.uri)})
-        for c in result.contents
-    ]
-    return result.model_copy(update={"contents": contents})
-
-
-def _expose_block(block: Any, prefix: str) -> Any:
-    """A content block whose resource URI (link or embedded) is the one clients can read back."""
-    if not prefix:
-        return block
-    if isinstance(block, types.ResourceLink):
-        return block.model_copy(update={"uri": expose_uri(prefix, block.uri)})
-    if isinstance(block, types.EmbeddedResource):
-        resource = block.resource.model_copy(update={"uri": expose_uri(prefix, block.resource.uri)})
-        return block.model_copy(update={"resource": resource})
-    return block
-
-
-def _expose_result_uris(result: Any, prefix: str) -> Any:
-    """Rewrite resource URIs in a tool result, so `resources/read` on them reaches the right server."""
-    if not isinstance(result, types.CallToolResult) or not prefix:
-        return result
-    if not any(isinstance(b, types.ResourceLink | types.EmbeddedResource) for b in result.content):
-        return result
-    return result.model_copy(update={"content": [_expose_block(b, prefix) for b in result.content]})
 
 
 async def serve_stdio(gateway: GatewayServer, *, stop: anyio.Event) -> None:

@@ -1,0 +1,98 @@
+"""What the gateway changes in requests and results on their way through it.
+
+Requests keep the client's `_meta` (minus what belongs to one hop) and report progress
+to the client's current request; results have their resource URIs rewritten to the
+exposed form (`prefix+uri`), so a client can read back what a tool linked to.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, cast
+
+import mcp_types as types
+from mcp.server import ServerRequestContext
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from gateway.catalog import expose_uri
+from gateway.relay import connection_of
+
+__all__ = ["expose_block", "expose_result_uris", "forwarded_meta", "progress_forwarder", "rename_contents"]
+
+logger = logging.getLogger(__name__)
+
+_RESERVED_META_PREFIX = "io.modelcontextprotocol/"
+
+
+def forwarded_meta(ctx: ServerRequestContext[Any, Any]) -> types.RequestParamsMeta | None:
+    """The downstream request's `_meta` minus what the SDK manages per hop, plus a log opt-in.
+
+    The progress token and the protocol envelope keys belong to one connection; the
+    SDK sets its own on the upstream request. A 2026-07-28 upstream sends log messages
+    only for requests that opt in, so the gateway opts in at the level the client
+    asked for: its own opt-in on 2026-07-28, its `logging/setLevel` (default: every
+    level) on the handshake era.
+    """
+    forwarded = {
+        k: v
+        for k, v in dict(ctx.meta or {}).items()
+        if k not in ("progressToken", "progress_token") and not k.startswith(_RESERVED_META_PREFIX)
+    }
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        level = (ctx.meta or {}).get(types.LOG_LEVEL_META_KEY)
+    else:
+        connection = connection_of(ctx)
+        level = connection.state.get("log_level", "debug") if connection is not None else "debug"
+    if level is not None:
+        forwarded[types.LOG_LEVEL_META_KEY] = level
+    return cast(types.RequestParamsMeta, forwarded) if forwarded else None
+
+
+def progress_forwarder(current: Callable[[], ServerRequestContext[Any, Any]]) -> Any:
+    """A progress callback for the upstream call that reports on the client's current request.
+
+    Always passed: whether the client asked for progress is known only to the SDK's
+    dispatch context (a token on JSON-RPC transports, a callback in memory), and
+    `report_progress` is a no-op when it did not.
+    """
+
+    async def forward(progress: float, total: float | None, message: str | None) -> None:
+        try:
+            await current().session.report_progress(progress, total, message)
+        except Exception:  # boundary: progress is best effort and must not fail the call
+            logger.debug("could not forward progress", exc_info=True)
+
+    return forward
+
+
+def rename_contents(
+    result: types.ReadResourceResult, original: str, requested: str, prefix: str
+) -> types.ReadResourceResult:
+    """Contents carry the URI the client asked for (or, for sub-resources, their exposed URI)."""
+    contents = [
+        c.model_copy(update={"uri": requested if c.uri == original else expose_uri(prefix, c.uri)})
+        for c in result.contents
+    ]
+    return result.model_copy(update={"contents": contents})
+
+
+def expose_block(block: Any, prefix: str) -> Any:
+    """A content block whose resource URI (link or embedded) is the one clients can read back."""
+    if not prefix:
+        return block
+    if isinstance(block, types.ResourceLink):
+        return block.model_copy(update={"uri": expose_uri(prefix, block.uri)})
+    if isinstance(block, types.EmbeddedResource):
+        resource = block.resource.model_copy(update={"uri": expose_uri(prefix, block.resource.uri)})
+        return block.model_copy(update={"resource": resource})
+    return block
+
+
+def expose_result_uris(result: Any, prefix: str) -> Any:
+    """Rewrite resource URIs in a tool result, so `resources/read` on them reaches the right server."""
+    if not isinstance(result, types.CallToolResult) or not prefix:
+        return result
+    if not any(isinstance(b, types.ResourceLink | types.EmbeddedResource) for b in result.content):
+        return result
+    return result.model_copy(update={"content": [expose_block(b, prefix) for b in result.content]})
