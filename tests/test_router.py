@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
 import mcp_types as types
 import numpy as np
 import pytest
@@ -29,6 +30,7 @@ from gateway.router.embedder import load_embedder
 from gateway.router.eval import format_report, load_catalog, run_eval
 from gateway.router.index import Router, RouterConfig, split_query
 from gateway.settings import EmbeddingSettings
+from tests.conftest import REPO
 
 # --------------------------------------------------------------------------- fixtures
 
@@ -537,3 +539,47 @@ def test_the_eval_harness_indexes_the_catalog_as_gateway_tool_records(tmp_path: 
     assert set(report.to_json()) >= {"recall@1", "recall@10"}
     assert report.router == RouterConfig().describe(True)
     assert report.recall[1] >= 0.4 and report.empty_expected_none_rate == 0.0
+
+
+EVERYDAY_REQUESTS = [
+    ("what time is it", "clock__now"),
+    ("what time is it in Tokyo", "clock__now"),
+    ("how many days until christmas", "clock__date_difference"),
+    ("add 3 business days to friday", "clock__add_duration"),
+    ("convert 3pm Paris time to New York", "clock__convert_time"),
+    ("take a note", "notes__add_note"),
+    ("add a note", "notes__add_note"),
+    ("remember this for later", "notes__add_note"),
+    ("delete my shopping note", "notes__delete_note"),
+    ("show all my notes", "notes__list_notes"),
+    ("find my notes about rust", "notes__search_notes"),
+]
+
+
+@pytest.fixture(scope="module")
+def bundled_router(embedder: Embedder, tmp_path_factory: pytest.TempPathFactory) -> Router:
+    """The router over the bundled plugins' tools (clock, notes, openapi, sql) as the example config serves them."""
+    from gateway.config import load_config
+    from gateway.plugins import get_plugin_manager
+    from gateway.registry import Registry, specs_from_config, specs_from_plugins
+    from gateway.router.service import records_from_registry
+    from gateway.settings import Settings
+
+    settings = Settings(data_dir=tmp_path_factory.mktemp("bundled"))
+    config = load_config(REPO / "external-mcps.yaml")
+    pm, _ = get_plugin_manager(settings)
+    registry = Registry(specs_from_plugins(pm, settings, config) + specs_from_config(config), settings, plugins=pm)
+
+    async def tools() -> list[ToolRecord]:
+        async with registry.running():
+            await registry.wait_settled(30)
+            return records_from_registry(registry)
+
+    router = Router(embedder)
+    router.update(anyio.run(tools))
+    return router
+
+
+@pytest.mark.parametrize(("query", "expected"), EVERYDAY_REQUESTS)
+def test_everyday_requests_find_the_bundled_tool_first(bundled_router: Router, query: str, expected: str) -> None:
+    assert bundled_router.search(query, k=3)[0].name == expected

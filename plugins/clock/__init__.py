@@ -168,7 +168,8 @@ def add_business_days(start: date, count: int) -> date:
 async def now(
     timezone: Annotated[str, Field(description=f"Where to read the clock: {_TIMEZONE_EXAMPLE}.")] = "UTC",
 ) -> Annotated[CallToolResult, NowResult]:
-    """Current date and time in a timezone: ISO 8601, weekday, UTC offset, DST flag and unix timestamp."""
+    """What time is it now: the current date and time in a timezone (ISO 8601, weekday, UTC offset, DST flag, unix
+    timestamp)."""
     zone = _zone(timezone, "timezone")
     instant = datetime.now(UTC)
     zoned = _zoned(instant, zone, zone.key)
@@ -237,7 +238,8 @@ async def date_difference(
     start: Annotated[str, Field(description=f"{_MOMENT_EXAMPLE}; without an offset it is taken as UTC.")],
     end: Annotated[str, Field(description=f"{_MOMENT_EXAMPLE}; without an offset it is taken as UTC.")],
 ) -> Annotated[CallToolResult, DifferenceResult]:
-    """Time between two dates or date-times: total days/hours/minutes, a breakdown, and business days."""
+    """How long between two dates or date-times (how many days until or since): total days/hours/minutes, a
+    breakdown, and business days."""
     start_moment = _as_datetime(_parse_moment(start, "start"))
     end_moment = _as_datetime(_parse_moment(end, "end"))
     span = end_moment - start_moment

@@ -330,7 +330,10 @@ def create_server(directory: Path) -> NotesServer:
         ctx: Context,
         tags: Annotated[list[str], Field(description="Tags such as 'work' or 'recipe'; lowercased.")] = [],  # noqa: B006
     ) -> Annotated[CallToolResult, NoteSummary]:
-        """Add a note; returns its name and URI (note://<name>). A reused title gets a -2, -3... name."""
+        """Take a new note: write down and save a title, markdown text and tags, to remember for later.
+
+        Returns its name and URI (note://<name>); a reused title gets a -2, -3... name.
+        """
         if not title.strip():
             raise ToolError("title must not be empty; give the note a short title such as 'Groceries'")
         note = await anyio.to_thread.run_sync(store.add, title, text, tags)
@@ -379,7 +382,7 @@ def create_server(directory: Path) -> NotesServer:
         name: Annotated[str, Field(description="Name of the note, as list_notes or search_notes report it.")],
         ctx: Context,
     ) -> Annotated[CallToolResult, NoteSummary]:
-        """Delete a note permanently."""
+        """Delete (remove) one existing note by its name, permanently: it cannot be restored."""
         note = await anyio.to_thread.run_sync(store.delete, name)
         if note is None:
             raise ToolError(_unknown_note(store, name))
@@ -388,7 +391,7 @@ def create_server(directory: Path) -> NotesServer:
 
     @server.tool(annotations=READ_ONLY)
     def list_notes() -> Annotated[CallToolResult, NoteList]:
-        """List every note: name, URI, title, tags and creation time."""
+        """List every saved note: name, URI, title, tags and creation time."""
         notes = store.all()
         text = "\n".join(_bullet(note) for note in notes) or "No notes yet; add one with add_note."
         return _structured(text, NoteList(notes=[NoteSummary.of(note) for note in notes]))
