@@ -503,12 +503,7 @@ def _records(settings: Settings, registry: Registry) -> Records | None:
     """The records of a serving gateway (None when `GATEWAY_RECORDS__ENABLED=false`), in its call chain."""
     if not settings.records.enabled:
         return None
-
-    def mask(server: str, text: str) -> str:
-        upstream = registry.upstreams.get(server)
-        return upstream.redact(text) if upstream is not None else text
-
-    records = Records(settings.records, open_store(settings), mask)
+    records = Records(settings.records, open_store(settings), registry.redact)
     registry.record_calls(records.recorder)
     registry.metrics.watch_records_dropped(lambda: records.writer.dropped)
     return records

@@ -373,6 +373,11 @@ class Registry:
         hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         raise ToolNotFound(f"There is no tool named {name!r}.{hint}")
 
+    def redact(self, server_id: str, text: str) -> str:
+        """`text` with the server's configured secrets masked (an unknown server's: unchanged)."""
+        upstream = self.upstreams.get(server_id)
+        return upstream.redact(text) if upstream is not None else text
+
     def owner_of(self, name: str) -> Upstream | None:
         """The server whose prefix a `prefix__name` belongs to, whether or not it is up."""
         prefix, separator, _ = name.partition("__")

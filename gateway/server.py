@@ -298,15 +298,18 @@ class GatewayServer:
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
         notes: dict[str, Any] = {}
-        try:
-            if params.name in GATEWAY_TOOL_NAMES and params.name not in self.registry.catalog.tools:
+        if params.name in GATEWAY_TOOL_NAMES and params.name not in self.registry.catalog.tools:
+            try:
                 return await self._gateway_tool(ctx, params)
+            except GatewayError as exc:
+                return error_result(exc)
+        try:
+            if self.records is not None:
+                notes[SESSION_NOTE], notes[CLIENT_NOTE] = self.callers.of(ctx, stateless=self.stateless)
             await self._owner_settled(params.name)
             self._check_call(ctx, params)
             upstream, _entry = self.registry.tool(params.name)
             token = forwardable_token(ctx.request)
-            if self.records is not None:
-                notes[SESSION_NOTE], notes[CLIENT_NOTE] = self.callers.of(ctx, stateless=self.stateless)
 
             async def send(progress: Any) -> Any:
                 result = await self.registry.call_tool(
@@ -322,6 +325,16 @@ class GatewayServer:
 
             return await self._interactive(ctx, params, upstream, send)
         except GatewayError as exc:
+            if self.records is not None and EXECUTION_ID_NOTE not in notes:  # refused before the call chain
+                owner = self.registry.owner_of(params.name)
+                notes[EXECUTION_ID_NOTE] = self.records.record_refused(
+                    params.name,
+                    owner.id if owner is not None else None,
+                    params.arguments,
+                    exc,
+                    session_id=notes.get(SESSION_NOTE),
+                    client_id=notes.get(CLIENT_NOTE),
+                )
             return _with_feedback_token(error_result(exc), notes)
 
     def _check_call(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> None:

@@ -66,7 +66,7 @@ async def recorded_gateway(
         UpstreamSpec(id="vault", prefix="vault", transport="memory", target=vault_server(), secrets=(SECRET,)),
     ]
     registry = Registry(specs, settings)
-    kept = Records(settings.records, open_store(settings), lambda server, text: registry.upstreams[server].redact(text))
+    kept = Records(settings.records, open_store(settings), registry.redact)
     registry.record_calls(kept.recorder)
     with anyio.fail_after(60):
         async with registry.running(), kept.running():
@@ -111,6 +111,8 @@ async def check_usage_signals(gw: GatewayServer, client: Client) -> None:
     await client.call_tool("search_tools", {"query": "add two integers", "limit": 3})
     tied = await client.call_tool("call_tool", {"name": "mem__add", "arguments": {"a": 1, "b": 2}})
     failed = await client.call_tool("mem__fail", {"message": "no"})
+    await client.call_tool("mem__add", {"a": "one", "b": 2})  # invalid: never reached mem, teaches nothing
+    await client.call_tool("mem__nope", {})  # refused: no such tool, teaches nothing
     await client.call_tool("submit_feedback", {"token": token_of(tied), "rating": "down"})
     await client.call_tool("submit_feedback", {"token": token_of(failed), "score": 4})
     await records.flush()

@@ -85,6 +85,26 @@ async def test_every_call_is_recorded_with_its_status_error_code_and_attempts(tm
     assert "parameter 'a'" in by_execution[token_of(invalid)]["details"]
 
 
+async def test_calls_refused_before_reaching_a_server_are_recorded_too(tmp_path: Path) -> None:
+    async with recorded_gateway(tmp_path) as gw, Client(gw.server) as client:
+        unknown = await client.call_tool("mem__no_such_tool", {"password": SECRET})
+        no_server = await client.call_tool("nowhere__tool", {})
+        rows = {row["id"]: row for row in await table(gw, "executions")}
+        failures = {f["execution_id"]: f for f in await table(gw, "failures")}
+    assert unknown.is_error and no_server.is_error
+    for result, server, tool in [(unknown, "mem", "mem__no_such_tool"), (no_server, "", "nowhere__tool")]:
+        row = rows[token_of(result)]
+        assert (row["server"], row["tool"], row["status"], row["error_code"], row["attempts"]) == (
+            server,
+            tool,
+            "error",
+            "tool_not_found",
+            0,
+        )
+        assert failures[token_of(result)]["code"] == "tool_not_found"
+    assert json.loads(rows[token_of(unknown)]["arguments"]) == {"password": "***"}
+
+
 async def test_arguments_are_redacted_by_key_at_any_depth_and_configured_secrets_are_masked(tmp_path: Path) -> None:
     arguments = {
         "user": "ada",

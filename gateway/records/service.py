@@ -98,6 +98,34 @@ class Records:
         self.writer.submit(row)
         return search_id
 
+    def record_refused(
+        self,
+        tool: str,
+        server: str | None,
+        arguments: dict[str, Any] | None,
+        error: BaseException,
+        *,
+        session_id: str | None,
+        client_id: str | None,
+    ) -> str:
+        """Queue the record of a call refused before it reached a server (unknown or hidden tool,
+        limits); returns its id. It never reached the server, so it teaches the router nothing."""
+        record = PendingExecution(
+            id=uuid.uuid4().hex,
+            at=time.time(),
+            server=server or "",
+            tool=tool,
+            session_id=session_id,
+            client_id=client_id,
+            arguments=arguments,
+            latency_ms=0.0,
+            attempts=0,
+            search_id=None,
+            error=error,
+        )
+        self.writer.submit(record)
+        return record.id
+
     def _batch(self, records: Sequence[Any]) -> Batch:
         """Turn buffered records into rows (the writer's thread)."""
         batch = Batch()

@@ -54,7 +54,7 @@ _ROWS_SQL = {
 }
 _CALL_SIGNALS = (
     "SELECT s.query, e.tool, e.status, e.at FROM executions e LEFT JOIN searches s ON s.id = e.search_id "
-    "WHERE e.at >= ? ORDER BY e.at"
+    "WHERE e.at >= ? AND e.attempts > 0 ORDER BY e.at"  # only calls that reached their server
 )
 _FEEDBACK_SIGNALS = (
     "SELECT s.query, e.tool, f.rating, f.score, f.at FROM feedback f "
