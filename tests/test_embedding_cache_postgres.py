@@ -16,8 +16,9 @@ import pytest
 
 from gateway.router.base import EmbeddingCache, Matrix, ToolRecord, Vector
 from gateway.router.cache import SqliteEmbeddingCache, cache_key, open_embedding_cache
-from gateway.router.cache_postgres import TABLE, PostgresEmbeddingCache, redact_url
+from gateway.router.cache_postgres import TABLE, PostgresEmbeddingCache
 from gateway.router.index import Router
+from gateway.urls import redact_url
 
 if TYPE_CHECKING:
     from tests.postgres import PostgresServer

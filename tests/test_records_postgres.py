@@ -14,7 +14,8 @@ import pytest
 from mcp import Client
 
 from gateway.cli import run
-from gateway.records.postgres import PostgresStore, without_password
+from gateway.records.postgres import PostgresStore
+from gateway.urls import redact_url
 from tests.records_client import check_usage_signals, recorded_gateway, records_of, table, text_of, token_of
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ def test_stats_reads_postgresql_and_never_shows_the_password(
             assert run(["stats", "--json"]) == 0
     report = json.loads(capture.read_text())
     assert postgres_server.password not in capture.read_text()
-    assert report["store"] == "records store " + without_password(database_url)
+    assert report["store"] == "records store " + redact_url(database_url)
     [mem] = report["servers"]
     assert (mem["calls"], mem["errors"]) == (2, 1)
 

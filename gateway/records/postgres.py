@@ -10,28 +10,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors as pg_errors
 
 from gateway.records.store import SqlStore
+from gateway.urls import redact_url
 
-__all__ = ["PostgresStore", "without_password"]
+__all__ = ["PostgresStore"]
 
 CONNECT_TIMEOUT = 5
 """Seconds a connection attempt may take: a store that is down must not hold the writer long."""
 _MIGRATION_LOCK = 0x6D637067  # any constant shared by every replica: "mcpg"
-
-
-def without_password(url: str) -> str:
-    """The URL as it may be shown: no password."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}@{netloc}" if user else netloc))
 
 
 class PostgresStore(SqlStore):
@@ -41,7 +31,7 @@ class PostgresStore(SqlStore):
     def __init__(self, url: str) -> None:
         super().__init__()
         self.url = url
-        self.description = f"records store {without_password(url)}"
+        self.description = f"records store {redact_url(url)}"
 
     def _open(self) -> Any:
         return psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)

@@ -22,7 +22,7 @@ import numpy as np
 
 from gateway.router.base import EmbeddingCache, Vector
 
-__all__ = ["SqliteEmbeddingCache", "cache_key", "is_postgres_url", "open_embedding_cache"]
+__all__ = ["SqliteEmbeddingCache", "cache_key", "is_postgres_url", "open_embedding_cache", "vector_of", "vector_rows"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +56,23 @@ def open_embedding_cache(database_url: str | None, data_dir: Path) -> EmbeddingC
         "GATEWAY_DATABASE_URL must be a postgresql:// URL (or unset, for SQLite files in the data dir); "
         f"got one starting with {database_url.split(':', 1)[0]!r}"
     )
+
+
+def vector_rows(items: Mapping[str, Vector]) -> list[tuple[str, int, bytes]]:
+    """`(key, dim, little-endian float32 bytes)` rows to store, for every cache backend."""
+    rows = []
+    for key, vector in items.items():
+        array = np.ascontiguousarray(vector, dtype=_DTYPE).reshape(-1)
+        rows.append((key, int(array.shape[0]), array.tobytes()))
+    return rows
+
+
+def vector_of(dim: object, blob: object) -> Vector | None:
+    """A stored row's vector; None for a row that is not what `vector_rows` writes (skipped as a miss)."""
+    data = bytes(blob) if isinstance(blob, bytes | bytearray | memoryview) else None
+    if data is None or not isinstance(dim, int) or len(data) != dim * _DTYPE.itemsize:
+        return None
+    return np.frombuffer(data, dtype=_DTYPE).astype(np.float32)
 
 
 def cache_key(model_id: str, document: str) -> str:
@@ -123,8 +140,9 @@ class SqliteEmbeddingCache:
                         f"SELECT key, dim, vector FROM embeddings WHERE key IN ({marks})", chunk
                     ).fetchall()
                     for key, dim, blob in rows:
-                        if isinstance(blob, bytes) and isinstance(dim, int) and len(blob) == dim * _DTYPE.itemsize:
-                            found[key] = np.frombuffer(blob, dtype=_DTYPE).astype(np.float32)
+                        vector = vector_of(dim, blob)
+                        if vector is not None:
+                            found[key] = vector
         except (sqlite3.Error, OSError) as e:
             self._disable(e)
             return {}
@@ -133,10 +151,7 @@ class SqliteEmbeddingCache:
     def put_many(self, items: Mapping[str, Vector]) -> None:
         if not self._usable or not self._writable or not items:
             return
-        rows = []
-        for key, vector in items.items():
-            array = np.ascontiguousarray(vector, dtype=_DTYPE).reshape(-1)
-            rows.append((key, int(array.shape[0]), array.tobytes()))
+        rows = vector_rows(items)
         try:
             with self._lock, self._connect() as connection:
                 connection.execute("BEGIN IMMEDIATE")

@@ -18,21 +18,20 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import psycopg
 
 from gateway.router.base import Vector
+from gateway.router.cache import vector_of, vector_rows
+from gateway.urls import redact_url
 
-__all__ = ["PostgresEmbeddingCache", "TABLE", "redact_url"]
+__all__ = ["PostgresEmbeddingCache", "TABLE"]
 
 logger = logging.getLogger(__name__)
 
 TABLE = "embedding_cache"
-_DTYPE = np.dtype("<f4")
 _SCHEMA_LOCK = 0x6D67_7765_6D62  # "mgwemb": serializes CREATE TABLE among replicas starting together
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS {TABLE} (
@@ -42,11 +41,6 @@ CREATE TABLE IF NOT EXISTS {TABLE} (
     created_at TIMESTAMPTZ NOT NULL DEFAULT now()
 )
 """
-
-
-def redact_url(url: str) -> str:
-    """The URL with its password replaced by `***`, fit for a log line."""
-    return re.sub(r"^([a-z][a-z0-9+.-]*://[^:/@]*):[^@/]*@", r"\1:***@", url, flags=re.IGNORECASE)
 
 
 class PostgresEmbeddingCache:
@@ -98,18 +92,15 @@ class PostgresEmbeddingCache:
             self._disable(error)
             return {}
         for key, dim, blob in rows:
-            data = bytes(blob)
-            if isinstance(dim, int) and len(data) == dim * _DTYPE.itemsize:
-                found[key] = np.frombuffer(data, dtype=_DTYPE).astype(np.float32)
+            vector = vector_of(dim, blob)
+            if vector is not None:
+                found[key] = vector
         return found
 
     def put_many(self, items: Mapping[str, Vector]) -> None:
         if not self._usable or not items:
             return
-        rows = []
-        for key, vector in items.items():
-            array = np.ascontiguousarray(vector, dtype=_DTYPE).reshape(-1)
-            rows.append((key, int(array.shape[0]), array.tobytes()))
+        rows = vector_rows(items)
         try:
             with self._connect() as connection, connection.cursor() as cursor:
                 # Another replica may have stored the same document meanwhile: its vector is the same.
