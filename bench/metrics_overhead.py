@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import mcp_types as types  # noqa: E402
+from timing import timed  # noqa: E402
 
 from gateway.calls import ToolCall, compose  # noqa: E402
 from gateway.calls.metrics import CallMetrics  # noqa: E402
@@ -46,16 +47,6 @@ logging.getLogger("gateway").setLevel(logging.WARNING)
 Work = Callable[[], Awaitable[Any]]
 TOOL = types.Tool(name="echo", input_schema={"type": "object", "properties": {"text": {"type": "string"}}})
 RESULT = types.CallToolResult(content=[types.TextContent(type="text", text="hello")])
-
-
-async def timed(work: Work, calls: int) -> list[float]:
-    """Microseconds per call."""
-    samples = []
-    for _ in range(calls):
-        started = time.perf_counter()
-        await work()
-        samples.append((time.perf_counter() - started) * 1e6)
-    return samples
 
 
 async def interleaved(variants: dict[str, Work], calls: int, rounds: int, warmup: int) -> dict[str, list[float]]:

@@ -39,6 +39,7 @@ import httpx2  # noqa: E402
 import jwt  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: E402
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings  # noqa: E402
+from timing import timed  # noqa: E402
 
 from gateway.auth import Authenticator, hash_key, new_key  # noqa: E402
 from gateway.catalog import ServerListing  # noqa: E402
@@ -50,15 +51,6 @@ from gateway.security_config import AuthConfig, SecurityConfig  # noqa: E402
 from gateway.vetting import ToolVetter  # noqa: E402
 
 logging.getLogger("gateway.vetting").setLevel(logging.ERROR)  # findings on the real catalog are not news here
-
-
-async def timed(work: Callable[[], Awaitable[Any]], calls: int) -> list[float]:
-    samples = []
-    for _ in range(calls):
-        started = time.perf_counter()
-        await work()
-        samples.append((time.perf_counter() - started) * 1e6)
-    return samples
 
 
 def key_auth(n: int) -> tuple[Authenticator, str]:
