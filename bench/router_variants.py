@@ -33,8 +33,9 @@ Variants (`RouterConfig` fields in brackets):
     server-0.5/1.0       + the tool's server's score (MCP-Zero style)      [server_weight]
     split-mean/...       + sub-queries per step, merged                    [split, merge]
     raw-query            default, but the request embedded as written      [query_text="raw"]
-    full-0.5             + a second vector per tool, of its full document  [full_document_weight]
-    default              RouterConfig()
+    short-text           the short text's vector alone (the previous default) [full_document_weight=0]
+    full-uncut           the full text cut at 512 word pieces, not 128     [full_document_tokens]
+    default              RouterConfig(): short and full text's vectors blended
 """
 
 from __future__ import annotations
@@ -77,8 +78,9 @@ VARIANTS: dict[str, RouterConfig] = {
     "split-round-robin": RouterConfig(split="sentences", merge="round_robin"),
     "clauses-mean": RouterConfig(split="clauses", merge="mean"),
     "raw-query": RouterConfig(query_text="raw"),
-    "full-0.5": RouterConfig(full_document_weight=0.5),
-    "full-0.5-raw-query": RouterConfig(full_document_weight=0.5, query_text="raw"),
+    "short-text": RouterConfig(full_document_weight=0.0),
+    "short-text-raw-query": RouterConfig(full_document_weight=0.0, query_text="raw"),
+    "full-uncut": RouterConfig(full_document_tokens=512),
     "default": RouterConfig(),
 }
 

@@ -185,6 +185,12 @@ class _StateCollector(Collector):
         )
         cached.add_metric([], float(router.cached_documents if router is not None else 0))
         yield cached
+        pending = GaugeMetricFamily(
+            "mcp_gateway_router_documents_pending",
+            "Tools whose full text is not embedded yet (the router ranks them by their short text meanwhile).",
+        )
+        pending.add_metric([], float(router.pending_documents if router is not None else 0))
+        yield pending
 
     def _records_dropped(self, dropped: Callable[[], int]) -> Iterator[Metric]:
         try:

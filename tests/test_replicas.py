@@ -117,10 +117,17 @@ class RoundRobin(httpx2.AsyncBaseTransport):
 
 
 def _wait_until_semantic(replicas: Replicas, index: int) -> None:
-    """Until the replica's router searches with embeddings (bounded; the log is in the error)."""
+    """Until the replica's router searches with embeddings, its tools' full texts embedded too
+    (bounded; the log is in the error)."""
     replica = replicas.replicas[index]
     deadline = time.monotonic() + READY_TIMEOUT
-    while value(replicas.metrics(index), "mcp_gateway_router_semantic") != 1:
+
+    def semantic() -> bool:
+        metrics = replicas.metrics(index)
+        pending = value(metrics, "mcp_gateway_router_documents_pending")
+        return value(metrics, "mcp_gateway_router_semantic") == 1 and pending == 0
+
+    while not semantic():
         if time.monotonic() > deadline or replica.process.poll() is not None:
             raise RuntimeError(f"replica {index} did not load its router:\n{replica.log.read_text()[-3000:]}")
         time.sleep(0.1)

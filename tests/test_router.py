@@ -7,6 +7,7 @@ loaded by `load_embedder` exactly as the gateway loads it), not a fake.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,8 @@ from gateway.router.documents import (
 )
 from gateway.router.embedder import load_embedder
 from gateway.router.eval import format_report, load_catalog, run_eval
-from gateway.router.index import Router, RouterConfig, split_query
+from gateway.router.index import Router, RouterConfig
+from gateway.router.steps import split_query
 from gateway.settings import EmbeddingSettings
 from tests.conftest import REPO
 
@@ -107,6 +109,7 @@ def embedder(tmp_path_factory: pytest.TempPathFactory) -> Embedder:
 def dense_router(embedder: Embedder) -> Router:
     router = Router(embedder)
     router.update(CATALOG)
+    router.enrich()
     return router
 
 
@@ -367,14 +370,81 @@ def test_the_model_reads_the_compact_request_and_bm25_the_request_as_written(emb
     assert lexical.search(request, k=1)[0].name == "notes__paris_notes"
 
 
-def test_full_document_vectors_embed_each_tools_full_text_too(embedder: Embedder) -> None:
+def full_text(r: ToolRecord) -> str:
+    return truncate_tokens(tool_document(r), RouterConfig().full_document_tokens)
+
+
+def test_update_embeds_the_short_texts_and_enrich_the_full_texts(embedder: Embedder) -> None:
     counting = CountingEmbedder(embedder)
-    router = Router(counting, config=RouterConfig(full_document_weight=0.5))
+    cache = DictCache()
+    router = Router(counting, cache=cache)
     router.update(CATALOG)
-    # each distinct text once (a tool without parameters or server text has one text)
-    expected = {dense_document(r) for r in CATALOG} | {tool_document(r) for r in CATALOG}
-    assert len(counting.documents) == len(expected) > len(CATALOG) and set(counting.documents) == expected
-    assert router.search("weather forecast for tomorrow", k=1)[0].name == "weather__get_forecast"
+    assert sorted(counting.documents) == sorted(dense_document(r) for r in CATALOG)
+    # a tool with a short description and nothing else has one text: its full text is its short text
+    longer = [r for r in CATALOG if full_text(r) != dense_document(r)]
+    assert 0 < len(longer) < len(CATALOG) and router.pending_documents == len(longer)
+    before = router.search("weather forecast for tomorrow", k=len(CATALOG))  # searchable at once
+    assert before[0].name == "weather__get_forecast"
+
+    counting.documents.clear()
+    calls: list[tuple[int, int]] = []
+    assert router.enrich(progress=lambda done, total: calls.append((done, total))) == len(longer)
+    assert sorted(counting.documents) == sorted(full_text(r) for r in longer)
+    assert calls[0] == (0, len(longer)) and calls[-1] == (len(longer), len(longer))
+    assert router.pending_documents == 0 and router.enrich() == 0
+    # a tool's vector is the mean of its two texts' vectors: its cosine is the mean of the two cosines
+    forecast = next(r for r in longer if r.name == "weather__get_forecast")
+    row = router.names.index(forecast.name)
+    short, full = (cache.data[cache_key(embedder.model_id, text(forecast))] for text in (dense_document, full_text))
+    assert np.allclose(router._snapshot.matrix[row], 0.5 * short + 0.5 * full, atol=1e-6)
+    after = router.search("weather forecast for tomorrow", k=len(CATALOG))
+    assert after[0].name == "weather__get_forecast" and [h.score for h in after] != [h.score for h in before]
+
+    # a restart finds both texts' vectors in the cache; a changed tool re-embeds its own texts only
+    counting.documents.clear()
+    restarted = Router(counting, cache=cache)
+    restarted.update(CATALOG)
+    assert restarted.pending_documents == 0 and restarted.enrich() == 0 and counting.documents == []
+    assert [(h.name, h.score) for h in restarted.search("weather forecast", k=5)] == [
+        (h.name, h.score) for h in router.search("weather forecast", k=5)
+    ]
+    changed = record(
+        "slack", "post_message", "Send a chat message to a Slack channel or a person.", params={"channel": {}}
+    )
+    records = [changed if r.name == changed.name else r for r in CATALOG]
+    restarted.update(records)
+    assert restarted.pending_documents == 1 and restarted.enrich() == 1
+    assert counting.documents == [dense_document(changed), full_text(changed)]
+
+
+def test_enrich_takes_in_an_update_made_meanwhile_and_stops_when_asked(embedder: Embedder) -> None:
+    added = record("jira", "create_issue", "Create a Jira issue in a project.", params={"project": {}})
+    kept = [r for r in CATALOG if r.name != "maps__geocode_address"]
+
+    class UpdatingEmbedder(CountingEmbedder):
+        """Updates the router (a tool added, one removed) while the first full texts are embedded."""
+
+        router: Router | None = None
+
+        def embed_documents(self, texts: Sequence[str]) -> Matrix:
+            if self.router is not None and any(text == full_text(CATALOG[0]) for text in texts):
+                router, self.router = self.router, None
+                router.update([*kept, added])
+            return super().embed_documents(texts)
+
+    updating = UpdatingEmbedder(embedder)
+    router = Router(updating)
+    router.update(CATALOG)
+    stop = threading.Event()
+    stop.set()
+    pending = router.pending_documents
+    assert router.enrich(stop=stop) == 0 and pending > 0 and router.pending_documents == pending
+
+    updating.router = router
+    router.enrich()
+    assert router.pending_documents == 0 and "jira__create_issue" in router.names
+    assert full_text(added) in updating.documents  # the tool added meanwhile has both its texts
+    assert router.search("open a ticket in jira", k=1)[0].name == "jira__create_issue"
 
 
 def test_multi_step_requests_are_split_into_steps() -> None:
@@ -512,6 +582,7 @@ def test_the_eval_harness_computes_recall_mrr_and_the_no_answer_rate(tmp_path: P
         "recall@5",
         "mrr",
         "index_seconds",
+        "enrich_seconds",
         "search_ms_p50",
         "search_ms_p95",
         "queries",
@@ -577,6 +648,7 @@ def bundled_router(embedder: Embedder, tmp_path_factory: pytest.TempPathFactory)
 
     router = Router(embedder)
     router.update(anyio.run(tools))
+    router.enrich()
     return router
 
 

@@ -6,6 +6,14 @@ cache); `Router.search` ranks the tools for a request. Vectors are the rows of o
 float32 matrix searched exactly: a matrix-vector product over 10,000 tools takes about
 a millisecond, so no approximate index is needed at the sizes a gateway sees.
 
+Each tool has two texts: a short one (`dense_document`: name, start of the description,
+server name) and its full document cut at 128 word pieces (`tool_document`: parameters,
+server description too). Its vector is the mean of the two texts' vectors, so its cosine
+is the mean of the two cosines. `update` embeds the short texts, which makes the index
+searchable; `enrich` then embeds the full texts, about 3.5 times the work, and swaps the
+vectors in as they come (a tool whose full text is not embedded yet has its short
+vector alone). The gateway runs `enrich` in the background after each update.
+
 Ranking (the default, `RouterConfig()`): a weighted sum of two scores in 0..1,
 
     score = 0.5 * max(0, cosine(compact_query(query), tool)) + 0.5 * BM25(query, tool) / BM25_max(query)
@@ -17,8 +25,8 @@ threshold is meaningful; and when the request's wording shares nothing with a to
 text, BM25 adds nothing and the ranking is the embedding's. The model reads
 `compact_query(query)` (paths as their kind, no stopwords: shorter, so faster, and as
 good), BM25 the request as written. The alternatives measured (reciprocal rank fusion,
-either signal alone, server-level boosts, splitting a request into steps, a second
-vector per tool of its full document) are selectable with `RouterConfig`; docs/benchmarks.md has the figures.
+either signal alone, server-level boosts, splitting a request into steps, the short
+text alone) are selectable with `RouterConfig`; docs/benchmarks.md has the figures.
 
 A router built with a `LearningConfig` also learns from use (`learn`): what it learnt
 (`gateway.router.learning`) is added to each tool's score before the top-k cut, and the
@@ -30,10 +38,10 @@ searches may run on another thread while an update is in progress.
 
 from __future__ import annotations
 
-import re
 import threading
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -42,17 +50,32 @@ import numpy.typing as npt
 from gateway.router.base import Embedder, EmbeddingCache, Matrix, SearchHit, ToolRecord, Vector
 from gateway.router.bm25 import BM25Index
 from gateway.router.cache import cache_key
-from gateway.router.documents import dense_document, split_identifier, tool_document, tool_short_name, truncate
+from gateway.router.documents import (
+    dense_document,
+    split_identifier,
+    tool_document,
+    tool_short_name,
+    truncate,
+    truncate_tokens,
+)
 from gateway.router.learning import LearningConfig, UsageModel, lexical_vector
 from gateway.router.query import compact_query
 from gateway.router.signals import UsageSignal
+from gateway.router.steps import split_query
 
-__all__ = ["EMBED_BATCH", "Router", "RouterConfig", "split_query"]
+__all__ = ["EMBED_BATCH", "ENRICH_BATCH", "Router", "RouterConfig"]
 
 Fusion = Literal["weighted", "rrf", "dense", "bm25"]
 
 EMBED_BATCH = 32
 """Documents per `embed_documents` call during an update (one progress step each)."""
+
+ENRICH_BATCH = 8
+"""Full documents per `embed_documents` call during `Router.enrich`: small, so that a search
+waiting for the model (calls to it are serialized) waits for one short batch at most."""
+
+ENRICH_SWAP_SECONDS = 2.0
+"""How often `enrich` swaps in the vectors embedded so far (each swap copies the matrix)."""
 
 
 @dataclass(frozen=True)
@@ -75,11 +98,16 @@ class RouterConfig:
     merge: Literal["round_robin", "max", "mean"] = "mean"
     """With `split`: take turns between the rankings; a tool's best score; or the mean of
     the full request's score and the best sub-query score."""
-    full_document_weight: float = 0.0
-    """> 0: embed each tool's full `tool_document` too (parameters, server description) and
-    use `(1 - w) * cosine(short text) + w * cosine(full text)` as its cosine. Off by
-    default: +0.03 recall@5 on LiveMCPBench, but the full text is about four times as long
-    as the short one and a cold build cost six to ten times as much (docs/benchmarks.md)."""
+    full_document_weight: float = 0.5
+    """A tool's vector is `(1 - w) * v(short text) + w * v(full text)`, so its cosine is the
+    weighted mean of the two texts' cosines. The full text is its `tool_document`
+    (parameters, server description) cut at `full_document_tokens` word pieces, embedded
+    by `Router.enrich` after `update` (about 3.5 times the work of the short texts).
+    Measured on LiveMCPBench: +0.03 recall@5 and recall@10 on both halves of the queries
+    (docs/benchmarks.md). 0: the short text alone, and `enrich` does nothing."""
+    full_document_tokens: int = 128
+    """Where the full text is cut, in word pieces: the whole document (up to the model's
+    limit) cost twice as much to embed and ranked the same (docs/benchmarks.md)."""
     query_text: Literal["compact", "raw"] = "compact"
     """What the embedding model reads of a request: `compact_query(request)` (paths and URLs
     as their kind, no stopwords: recall within noise, 40% fewer word pieces, hence faster),
@@ -108,52 +136,6 @@ class RouterConfig:
         return "+".join(parts)
 
 
-# ---------------------------------------------------------------------- splitting
-
-_SENTENCE_SPLIT = re.compile(
-    r"(?<=[.!?;])(?<!\b[A-Z][a-z]\.)(?<!\b[A-Z]\.)\s+"  # sentence ends, but not after "Mr." or "J."
-    r"|(?<=[。！？；])"
-    r"|\n+"
-    r"|(?:^|\s)\(?\d{1,2}[.)]\s+"  # numbered steps: "1. ", "2) ", "(3) "
-)
-_CLAUSE_SPLIT = re.compile(
-    r",\s+(?:and\s+then\s+|and\s+|then\s+)?"
-    r"|\s+(?:and\s+then|then|and\s+also|also|after\s+that|finally)\s+"
-    r"|\s+and\s+(?=\w+\s+\w+)"
-    r"|[，、]",
-    re.IGNORECASE,
-)
-MIN_SUBQUERY_WORDS = 3
-MAX_SUBQUERIES = 6
-
-
-def split_query(query: str, *, clauses: bool = True) -> list[str]:
-    """The steps of a multi-step request: sentences, numbered steps, and (with `clauses`)
-    clauses joined by commas, "and", "then".
-
-    Parts shorter than `MIN_SUBQUERY_WORDS` words are merged into their neighbour; at
-    most `MAX_SUBQUERIES` are returned (the rest joined into the last one). A
-    single-step request gives `[query]`.
-    """
-    pieces = [p for p in _SENTENCE_SPLIT.split(query.strip()) if p and p.strip()]
-    if clauses:
-        pieces = [c for p in pieces for c in _CLAUSE_SPLIT.split(p) if c and c.strip()]
-    parts: list[str] = []
-    for piece in (p.strip(" ,;") for p in pieces):
-        if not piece:
-            continue
-        if parts and len(parts[-1].split()) < MIN_SUBQUERY_WORDS:
-            parts[-1] = f"{parts[-1]} {piece}"
-        else:
-            parts.append(piece)
-    if len(parts) > 1 and len(parts[-1].split()) < MIN_SUBQUERY_WORDS:
-        tail = parts.pop()
-        parts[-1] = f"{parts[-1]} {tail}"
-    if len(parts) > MAX_SUBQUERIES:
-        parts = parts[: MAX_SUBQUERIES - 1] + [" ".join(parts[MAX_SUBQUERIES - 1 :])]
-    return parts or [query.strip()]
-
-
 # ---------------------------------------------------------------------- the index
 
 
@@ -177,8 +159,15 @@ class _Snapshot:
     records: tuple[ToolRecord, ...] = ()
     names: tuple[str, ...] = ()
     matrix: Matrix | None = None
-    full_matrix: Matrix | None = None
-    """Vectors of the full documents (only with `full_document_weight`)."""
+    """The vectors searched: short and full text blended, or the short text alone while
+    the tool's full text has no vector yet."""
+    short_matrix: Matrix | None = None
+    """The vectors of the short texts (`dense_document`)."""
+    full_keys: tuple[str, ...] = ()
+    """Per row, the cache key of the full text (empty without `full_document_weight`)."""
+    full_texts: tuple[str, ...] = ()
+    blended: int = 0
+    """How many rows of `matrix` have their full text's vector in them."""
     bm25: BM25Index = field(default_factory=BM25Index)
     server_of: npt.NDArray[np.intp] = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
     """Row -> index of the tool's server (only with `server_weight`)."""
@@ -210,7 +199,9 @@ class Router:
         """What use taught this router; None: it does not learn."""
         self._snapshot = _Snapshot()
         self._vectors: dict[str, Vector] = {}
-        """The vectors of the indexed documents, by cache key."""
+        """The vectors of the indexed short texts (and server documents), by cache key."""
+        self._full_vectors: dict[str, Vector] = {}
+        """The vectors of the indexed tools' full texts embedded so far, by cache key."""
         self._update_lock = threading.Lock()
         self.embedded_documents = 0
         """How many documents this router has embedded itself (not found in memory or cache)."""
@@ -256,7 +247,6 @@ class Router:
             ordered = sorted(records, key=lambda r: r.name)
             bm25 = BM25Index.build([(r.name, tool_document(r)) for r in ordered], k1=cfg.k1, b=cfg.b, previous=old.bm25)
             texts = [dense_document(r) for r in ordered]
-            full_texts = [tool_document(r) for r in ordered] if cfg.full_document_weight else []
             server_of = np.zeros(len(ordered), dtype=np.intp)
             server_bm25: BM25Index | None = None
             server_texts: list[str] = []
@@ -271,26 +261,128 @@ class Router:
                 server_bm25 = BM25Index.build(
                     list(zip(server_ids, server_texts, strict=True)), k1=cfg.k1, b=cfg.b, previous=old.server_bm25
                 )
-            matrix: Matrix | None = None
-            full_matrix: Matrix | None = None
+            short_matrix: Matrix | None = None
             server_matrix: Matrix | None = None
+            full_texts: tuple[str, ...] = ()
+            full_keys: tuple[str, ...] = ()
             if self._embedder is not None and cfg.fusion != "bm25":
-                vectors = self._embed_all(texts + full_texts + server_texts, progress)
-                matrix = vectors[: len(texts)]
-                full_end = len(texts) + len(full_texts)
-                full_matrix = vectors[len(texts) : full_end] if full_texts else None
-                server_matrix = vectors[full_end:] if server_texts else None
+                vectors = self._embed_all(texts + server_texts, progress)
+                short_matrix = vectors[: len(texts)]
+                server_matrix = vectors[len(texts) :] if server_texts else None
+                if cfg.full_document_weight:
+                    full_texts = tuple(truncate_tokens(tool_document(r), cfg.full_document_tokens) for r in ordered)
+                    full_keys = tuple(cache_key(self._embedder.model_id, t) for t in full_texts)
+                self._full_vectors = self._known_full_vectors(full_keys)
+            matrix, blended = self._blend(short_matrix, full_keys)
             self._snapshot = _Snapshot(
                 records=tuple(ordered),
                 names=tuple(r.name for r in ordered),
                 matrix=matrix,
-                full_matrix=full_matrix,
+                short_matrix=short_matrix,
+                full_keys=full_keys,
+                full_texts=full_texts,
+                blended=blended,
                 bm25=bm25,
                 server_of=server_of,
                 server_matrix=server_matrix,
                 server_bm25=server_bm25,
                 row_of={r.name: i for i, r in enumerate(ordered)},
             )
+
+    def _known_full_vectors(self, keys: Sequence[str]) -> dict[str, Vector]:
+        """The vectors of these full texts already known, from memory or the cache (none embedded).
+
+        A full text that is also a short text (a tool with a short description and nothing
+        else) has the short text's vector."""
+        known = {**self._vectors, **self._full_vectors}
+        found = {k: known[k] for k in keys if k in known}
+        missing = [k for k in dict.fromkeys(keys) if k not in found]
+        if missing and self._cache is not None:
+            from_cache = self._cache.get_many(missing)
+            self.cached_documents += len(from_cache)
+            found.update(from_cache)
+        return found
+
+    def _blend(self, short: Matrix | None, full_keys: Sequence[str]) -> tuple[Matrix | None, int]:
+        """The searched matrix: each row blended with its full text's vector when there is one."""
+        if short is None or not full_keys:
+            return short, 0
+        w = self.config.full_document_weight
+        rows = [i for i, key in enumerate(full_keys) if key in self._full_vectors]
+        if not rows:
+            return short, 0
+        matrix = short.copy()
+        full = np.stack([self._full_vectors[full_keys[i]] for i in rows])
+        matrix[rows] = (1.0 - w) * short[rows] + w * full
+        return matrix, len(rows)
+
+    @property
+    def pending_documents(self) -> int:
+        """Indexed tools whose full text has no vector yet (what `enrich` would embed)."""
+        snap = self._snapshot
+        return sum(1 for key in snap.full_keys if key not in self._full_vectors)
+
+    def enrich(self, progress: Callable[[int, int], None] | None = None, stop: threading.Event | None = None) -> int:
+        """Embed the full texts of the indexed tools that have no vector yet; returns how many.
+
+        The index stays searchable throughout: the vectors embedded so far are swapped in
+        every `ENRICH_SWAP_SECONDS` and at the end (an `update` meanwhile is taken into
+        account: its new tools are embedded too, removed ones skipped). `progress(done,
+        total)` is called as in `update`. Setting `stop` ends it after the current batch.
+        Synchronous (CPU-bound for seconds to minutes): run it in a worker thread.
+        """
+        embedder = self._embedder
+        if embedder is None or not self.dense or not self.config.full_document_weight:
+            return 0
+        done = 0
+        last_swap = time.monotonic()
+        try:
+            while stop is None or not stop.is_set():
+                snap = self._snapshot
+                texts = dict(zip(snap.full_keys, snap.full_texts, strict=True))
+                todo = sorted(
+                    ((k, t) for k, t in texts.items() if k not in self._full_vectors), key=lambda item: len(item[1])
+                )
+                if not todo:
+                    break
+                total = done + len(todo)
+                if progress is not None:
+                    progress(done, total)
+                for start in range(0, len(todo), ENRICH_BATCH):
+                    if (stop is not None and stop.is_set()) or self._snapshot is not snap:
+                        break
+                    batch = todo[start : start + ENRICH_BATCH]
+                    new = dict(zip([k for k, _ in batch], self._embed_batch([t for _, t in batch]), strict=True))
+                    if self._cache is not None:
+                        self._cache.put_many(new)
+                    with self._update_lock:
+                        self._full_vectors.update(new)
+                        self.embedded_documents += len(batch)
+                    done += len(batch)
+                    if progress is not None:
+                        progress(done, total)
+                    if time.monotonic() - last_swap >= ENRICH_SWAP_SECONDS:
+                        self._swap_blended()
+                        last_swap = time.monotonic()
+        finally:
+            self._swap_blended()
+        return done
+
+    def _swap_blended(self) -> None:
+        """Put the full-text vectors known now into the searched matrix."""
+        with self._update_lock:
+            snap = self._snapshot
+            matrix, blended = self._blend(snap.short_matrix, snap.full_keys)
+            if blended != snap.blended:
+                self._snapshot = replace(snap, matrix=matrix, blended=blended)
+
+    def _embed_batch(self, texts: Sequence[str]) -> Matrix:
+        embedder = self._embedder
+        assert embedder is not None
+        vectors = np.asarray(embedder.embed_documents(list(texts)), dtype=np.float32)
+        if vectors.shape != (len(texts), embedder.dim):
+            raise ValueError(f"the embedder returned shape {vectors.shape}, not {(len(texts), embedder.dim)}")
+        return vectors
 
     def _embed_all(self, documents: Sequence[str], progress: Callable[[int, int], None] | None) -> Matrix:
         embedder = self._embedder
@@ -312,10 +404,7 @@ class Router:
                 progress(0, total)
             for start in range(0, total, EMBED_BATCH):
                 batch = missing[start : start + EMBED_BATCH]
-                vectors = np.asarray(embedder.embed_documents([text_of[k] for k in batch]), dtype=np.float32)
-                if vectors.shape != (len(batch), embedder.dim):
-                    raise ValueError(f"the embedder returned shape {vectors.shape}, not {(len(batch), embedder.dim)}")
-                new = dict(zip(batch, vectors, strict=True))
+                new = dict(zip(batch, self._embed_batch([text_of[k] for k in batch]), strict=True))
                 found.update(new)
                 self.embedded_documents += len(batch)
                 if self._cache is not None:
@@ -458,9 +547,6 @@ class Router:
         else:
             assert snap.matrix is not None and vectors is not None
             cosine = np.clip(_dot(vectors, snap.matrix), 0.0, 1.0)
-            if snap.full_matrix is not None:
-                w_full = cfg.full_document_weight
-                cosine = (1 - w_full) * cosine + w_full * np.clip(_dot(vectors, snap.full_matrix), 0.0, 1.0)
             server_cosine = (
                 np.clip(_dot(vectors, snap.server_matrix), 0.0, 1.0)
                 if servers and snap.server_matrix is not None

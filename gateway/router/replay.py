@@ -146,6 +146,7 @@ def run_replay(
     learning = learning or LearningConfig()
     router = Router(embedder, cache=cache, config=config, learning=learning)
     router.update(records)
+    router.enrich()
     depth = max(max(ks), MRR_DEPTH)
     report = ReplayReport(ks=ks, train_fraction=train_fraction, learning=learning)
     for seed in seeds:

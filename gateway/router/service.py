@@ -3,6 +3,8 @@
 Loading the model and embedding tools take seconds; searching takes milliseconds of
 CPU. Both run in a worker thread so the event loop keeps serving, and index updates
 are serialized and coalesced: a burst of list_changed notifications costs one update.
+After each update, the tools' full texts are embedded in the background (`Router.enrich`):
+the index serves with the short texts' vectors meanwhile.
 
 With a `SignalSource` (the records store), the router also learns from use: every
 `GATEWAY_LEARNING__REFRESH_SECONDS` the signals recorded since the last read are fetched
@@ -12,6 +14,7 @@ and learnt in a worker thread (searches meanwhile use what was learnt before).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -192,8 +195,10 @@ class RouterService:
         self.ready = anyio.Event()
         """Set once the first index is built (BM25 at first)."""
         self.complete = anyio.Event()
-        """Set once the full router (with the embedding model, when there is one) serves."""
+        """Set once the full router (with the embedding model, when there is one) serves and
+        the full texts of the first index's tools are embedded."""
         self._dirty = anyio.Event()
+        self._enrich_wanted = anyio.Event()
         self._lock = anyio.Lock()
         self._cursor = SignalCursor()
         self._learning_router: Router | None = None
@@ -218,6 +223,7 @@ class RouterService:
         async with anyio.create_task_group() as tg:
             if self.signals is not None and self.settings.learning.enabled:
                 tg.start_soon(self._learn_forever, name="router-learning")
+            tg.start_soon(self._enrich_forever, name="router-full-texts")
             await self._index_forever()
 
     async def _index_forever(self) -> None:
@@ -240,7 +246,7 @@ class RouterService:
                 self._wake_learning.set()  # the new router learns what the first one had learnt
         except Exception:  # noqa: BLE001 - boundary: lexical search goes on without the model
             logger.exception("router: the embedding index could not be built; searching with BM25 alone")
-        self.complete.set()
+        self._enrich_wanted.set()
         logger.info(
             "router: %s, ready in %.1f s (%d tool documents embedded, %d from the embedding cache)",
             "embeddings + BM25" if self.router.dense else "BM25 only",
@@ -272,6 +278,33 @@ class RouterService:
             await anyio.to_thread.run_sync(lambda: router.update(records, progress=progress))
             logger.debug("router: indexed %d tools in %.2f s", len(records), time.perf_counter() - started)
         self.ready.set()
+        self._enrich_wanted.set()
+
+    async def _enrich_forever(self) -> None:
+        """Embed the tools' full texts after each update, in a worker thread; sets `complete` after the first."""
+        while True:
+            await self._enrich_wanted.wait()
+            self._enrich_wanted = anyio.Event()
+            router = self.router
+            if router is not None and router.dense:
+                await self._enrich(router)
+            self.complete.set()
+
+    async def _enrich(self, router: Router) -> None:
+        stop = threading.Event()  # a cancelled wait stops the thread after its current batch
+        started = time.perf_counter()
+        progress = TerminalProgress("mcp-gateway: embedding the tools' full texts")
+        try:
+            done = await anyio.to_thread.run_sync(
+                lambda: router.enrich(progress=progress, stop=stop), abandon_on_cancel=True
+            )
+        except Exception:  # noqa: BLE001 - boundary: the short texts' vectors keep serving
+            logger.exception("router: embedding the tools' full texts failed; ranking with their short texts")
+            return
+        finally:
+            stop.set()
+        if done:
+            logger.info("router: %d tools' full texts embedded in %.1f s", done, time.perf_counter() - started)
 
     async def search(self, query: str, k: int, threshold: float) -> list[SearchHit]:
         """Rank the catalog's tools for `query`, waiting (bounded) for the first index."""

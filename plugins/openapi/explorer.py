@@ -151,12 +151,18 @@ class Explorer:
             if self._indexed:
                 return
             embedder = load_embedder(self.settings) if self.settings is not None else None
+            router = None
             if embedder is not None:
                 try:
-                    self.router = build_router(self.operations(), embedder, self.settings)
+                    router = self.router = build_router(self.operations(), embedder, self.settings)
                 except Exception:  # noqa: BLE001 - boundary: lexical search goes on without embeddings
                     logger.exception("openapi: embedding the operations failed; searching with BM25 alone")
-            self._indexed = True
+            self._indexed = True  # searches from now on use this index, while its full texts are embedded
+            if router is not None:
+                try:
+                    router.enrich()
+                except Exception:  # noqa: BLE001 - boundary: the short texts' vectors keep serving
+                    logger.exception("openapi: embedding the operations' full texts failed; ranking without them")
 
     async def search(self, query: str, limit: int) -> tuple[list[SearchHit], bool]:
         """The best operations for `query` and whether the ranking used embeddings."""
