@@ -161,6 +161,38 @@ def test_the_embedder_works_from_worker_threads(embedder: FastEmbedEmbedder) -> 
         np.testing.assert_allclose(result, expected, atol=1e-6)
 
 
+def test_a_query_waits_for_one_document_at_most_while_documents_are_embedded(embedder: FastEmbedEmbedder) -> None:
+    """Documents embedded one after the other (a background enrichment) let a waiting query
+    go before the next one: without that, the documents' thread takes the model again the
+    moment it lets go of it, and a search waits for many documents."""
+    log: list[str] = []
+    stop = threading.Event()
+
+    def documents() -> None:
+        while not stop.is_set() and len(log) < 2000:
+            embedder.embed_documents(["Read the complete contents of a file from the file system, as text. " * 3])
+            log.append("document")
+
+    worker = threading.Thread(target=documents)
+    worker.start()
+    try:
+        for _ in range(1000):
+            if len(log) >= 3:
+                break
+            threading.Event().wait(0.01)
+        counts = []
+        for _ in range(60):
+            before = log.count("document")
+            embedder.embed_query("read a file")
+            counts.append(log.count("document") - before)
+            threading.Event().wait(0.003)
+    finally:
+        stop.set()
+        worker.join(30)
+    # the document in progress when the query came, and one that finished as it was asked
+    assert max(counts) <= 2, counts
+
+
 def test_the_assembled_directory_holds_the_verified_model_and_the_shipped_tokenizer(
     data_dir: Path, embedder: FastEmbedEmbedder
 ) -> None:

@@ -89,8 +89,8 @@ def truncate(text: str, limit: int) -> str:
 
 def approx_tokens(word: str) -> int:
     """About how many word pieces a BERT-style tokenizer makes of one whitespace-free piece."""
-    if _CJK_CHAR.fullmatch(word):
-        return 1
+    if word.isalnum():  # the common case, without a loop over the characters
+        return 1 if _CJK_CHAR.fullmatch(word) else 1 + len(word) // 6
     return 1 + len(word) // 6 + sum(1 for c in word if not c.isalnum())
 
 

@@ -90,6 +90,10 @@ _ENV_MODEL = "GATEWAY_EMBEDDING__MODEL"
 _ENV_ENABLED = "GATEWAY_EMBEDDING__ENABLED"
 
 
+QUERY_PRIORITY_SECONDS = 1.0
+"""How long a document batch waits for queries waiting for the model before it runs anyway."""
+
+
 class _LoadError(Exception):
     """A model could not be loaded; the message names the cause and what to do."""
 
@@ -105,7 +109,9 @@ class FastEmbedEmbedder:
     loaded and run once in the constructor (to learn `dim` and to fail here rather than at
     the first search), so the constructor raises whatever fastembed raises.
 
-    Calls are serialized by a lock, so one instance may be used from any thread.
+    Calls are serialized by a lock, so one instance may be used from any thread. Queries go
+    first: documents wait (up to `QUERY_PRIORITY_SECONDS`) while a query waits for the
+    model, so a search during a background enrichment waits for one document at most.
     """
 
     def __init__(
@@ -116,7 +122,7 @@ class FastEmbedEmbedder:
         model_dir: Path | None = None,
         cache_dir: Path | None = None,
         threads: int | None = None,
-        batch_size: int = 64,
+        batch_size: int = 8,
         max_query_tokens: int = 64,
     ) -> None:
         from fastembed import TextEmbedding
@@ -136,6 +142,8 @@ class FastEmbedEmbedder:
         self._model_id = model_id
         self._batch_size = batch_size
         self._lock = threading.Lock()
+        self._waiting_queries = 0
+        self._queries_changed = threading.Condition()
         # The bundled model's layout (mean pooling, no query prefix) is run directly.
         same_layout = model_name.lower() == DEFAULT_MODEL_NAME.lower()
         self._encoder = fastembed_encoder(self._model, max_query_tokens) if same_layout else None
@@ -172,6 +180,8 @@ class FastEmbedEmbedder:
         self._use_encoder = value
 
     def _run(self, texts: list[str]) -> Matrix:
+        with self._queries_changed:  # let waiting queries go first (bounded, so documents never starve)
+            self._queries_changed.wait_for(lambda: self._waiting_queries == 0, timeout=QUERY_PRIORITY_SECONDS)
         with self._lock:
             if self.direct:
                 assert self._encoder is not None
@@ -195,11 +205,18 @@ class FastEmbedEmbedder:
         return result
 
     def embed_query(self, text: str) -> Vector:
-        with self._lock:
-            if self.direct:
-                assert self._encoder is not None
-                return self._encoder.embed_query(text)
-            row = next(iter(self._model.query_embed(text)))
+        with self._queries_changed:
+            self._waiting_queries += 1
+        try:
+            with self._lock:
+                if self.direct:
+                    assert self._encoder is not None
+                    return self._encoder.embed_query(text)
+                row = next(iter(self._model.query_embed(text)))
+        finally:
+            with self._queries_changed:
+                self._waiting_queries -= 1
+                self._queries_changed.notify_all()
         return _normalized(np.asarray(row)[np.newaxis, :])[0]
 
     def __repr__(self) -> str:

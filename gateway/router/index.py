@@ -70,9 +70,10 @@ Fusion = Literal["weighted", "rrf", "dense", "bm25"]
 EMBED_BATCH = 32
 """Documents per `embed_documents` call during an update (one progress step each)."""
 
-ENRICH_BATCH = 8
-"""Full documents per `embed_documents` call during `Router.enrich`: small, so that a search
-waiting for the model (calls to it are serialized) waits for one short batch at most."""
+ENRICH_BATCH = 1
+"""Full texts per `embed_documents` call during `Router.enrich`. One at a time: a search
+waiting for the model (calls to it are serialized) waits for one text at most, and on
+this CPU length-sorted texts one by one embed fastest (no padding; docs/benchmarks.md)."""
 
 ENRICH_SWAP_SECONDS = 2.0
 """How often `enrich` swaps in the vectors embedded so far (each swap copies the matrix)."""
@@ -245,7 +246,10 @@ class Router:
             cfg = self.config
             old = self._snapshot
             ordered = sorted(records, key=lambda r: r.name)
-            bm25 = BM25Index.build([(r.name, tool_document(r)) for r in ordered], k1=cfg.k1, b=cfg.b, previous=old.bm25)
+            documents = [tool_document(r) for r in ordered]
+            bm25 = BM25Index.build(
+                list(zip((r.name for r in ordered), documents, strict=True)), k1=cfg.k1, b=cfg.b, previous=old.bm25
+            )
             texts = [dense_document(r) for r in ordered]
             server_of = np.zeros(len(ordered), dtype=np.intp)
             server_bm25: BM25Index | None = None
@@ -270,7 +274,7 @@ class Router:
                 short_matrix = vectors[: len(texts)]
                 server_matrix = vectors[len(texts) :] if server_texts else None
                 if cfg.full_document_weight:
-                    full_texts = tuple(truncate_tokens(tool_document(r), cfg.full_document_tokens) for r in ordered)
+                    full_texts = tuple(truncate_tokens(d, cfg.full_document_tokens) for d in documents)
                     full_keys = tuple(cache_key(self._embedder.model_id, t) for t in full_texts)
                 self._full_vectors = self._known_full_vectors(full_keys)
             matrix, blended = self._blend(short_matrix, full_keys)
@@ -326,7 +330,7 @@ class Router:
         """Embed the full texts of the indexed tools that have no vector yet; returns how many.
 
         The index stays searchable throughout: the vectors embedded so far are swapped in
-        every `ENRICH_SWAP_SECONDS` and at the end (an `update` meanwhile is taken into
+        (and written to the cache) every `ENRICH_SWAP_SECONDS` and at the end (an `update` meanwhile is taken into
         account: its new tools are embedded too, removed ones skipped). `progress(done,
         total)` is called as in `update`. Setting `stop` ends it after the current batch.
         Synchronous (CPU-bound for seconds to minutes): run it in a worker thread.
@@ -335,6 +339,7 @@ class Router:
         if embedder is None or not self.dense or not self.config.full_document_weight:
             return 0
         done = 0
+        unsaved: dict[str, Vector] = {}
         last_swap = time.monotonic()
         try:
             while stop is None or not stop.is_set():
@@ -353,8 +358,7 @@ class Router:
                         break
                     batch = todo[start : start + ENRICH_BATCH]
                     new = dict(zip([k for k, _ in batch], self._embed_batch([t for _, t in batch]), strict=True))
-                    if self._cache is not None:
-                        self._cache.put_many(new)
+                    unsaved.update(new)
                     with self._update_lock:
                         self._full_vectors.update(new)
                         self.embedded_documents += len(batch)
@@ -362,11 +366,19 @@ class Router:
                     if progress is not None:
                         progress(done, total)
                     if time.monotonic() - last_swap >= ENRICH_SWAP_SECONDS:
+                        self._save(unsaved)
                         self._swap_blended()
                         last_swap = time.monotonic()
         finally:
+            self._save(unsaved)
             self._swap_blended()
         return done
+
+    def _save(self, vectors: dict[str, Vector]) -> None:
+        """Write `vectors` to the cache (if any) and empty the dict."""
+        if vectors and self._cache is not None:
+            self._cache.put_many(dict(vectors))
+        vectors.clear()
 
     def _swap_blended(self) -> None:
         """Put the full-text vectors known now into the searched matrix."""
