@@ -127,7 +127,7 @@ class RouterConfig:
         else:
             parts = ["dense"]
         if dense and self.fusion != "bm25" and self.full_document_weight:
-            parts.append(f"full-document={self.full_document_weight:g}")
+            parts.append(f"full-document={self.full_document_weight:g}/{self.full_document_tokens}")
         if self.server_weight:
             parts.append(f"server={self.server_weight:g}")
         if self.split != "off":
