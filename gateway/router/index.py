@@ -47,6 +47,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from gateway.router import fusion
 from gateway.router.base import Embedder, EmbeddingCache, Matrix, SearchHit, ToolRecord, Vector
 from gateway.router.bm25 import BM25Index
 from gateway.router.cache import cache_key
@@ -461,13 +462,13 @@ class Router:
             self._adjust(snap, scores, learnt)
         k = min(k, n)
         if len(queries) == 1:
-            picked = [(int(i), float(scores[0, i])) for i in _top(scores[0], k)]
+            picked = [(int(i), float(scores[0, i])) for i in fusion.top(scores[0], k)]
         elif cfg.merge == "round_robin":
-            picked = _round_robin(scores, k)
+            picked = fusion.round_robin(scores, k)
         else:
             best = scores[1:].max(axis=0)
             merged = np.maximum(scores[0], best) if cfg.merge == "max" else (scores[0] + best) / 2
-            picked = [(int(i), float(merged[i])) for i in _top(merged, k)]
+            picked = [(int(i), float(merged[i])) for i in fusion.top(merged, k)]
         return [
             SearchHit(name=snap.names[i], score=min(1.0, max(0.0, s)), record=snap.records[i])
             for i, s in picked
@@ -549,18 +550,18 @@ class Router:
         server_bm25 = np.zeros((len(queries), n_servers), dtype=np.float32)
         if use_bm25:
             for i, q in enumerate(queries):
-                bm25[i] = _coverage(snap.bm25, q)
+                bm25[i] = fusion.coverage(snap.bm25, q)
                 if servers:
                     assert snap.server_bm25 is not None
-                    server_bm25[i] = _coverage(snap.server_bm25, q)
+                    server_bm25[i] = fusion.coverage(snap.server_bm25, q)
         if not use_dense:
             tool: npt.NDArray[np.floating] = bm25
             server: npt.NDArray[np.floating] = server_bm25
         else:
             assert snap.matrix is not None and vectors is not None
-            cosine = np.clip(_dot(vectors, snap.matrix), 0.0, 1.0)
+            cosine = np.clip(fusion.dot(vectors, snap.matrix), 0.0, 1.0)
             server_cosine = (
-                np.clip(_dot(vectors, snap.server_matrix), 0.0, 1.0)
+                np.clip(fusion.dot(vectors, snap.server_matrix), 0.0, 1.0)
                 if servers and snap.server_matrix is not None
                 else np.zeros_like(server_bm25)
             )
@@ -572,82 +573,8 @@ class Router:
                 tool = w * cosine + (1 - w) * bm25
                 server = w * server_cosine + (1 - w) * server_bm25
             else:
-                tool = _rrf(cfg.rrf_k, cosine, bm25)
-                server = _rrf(cfg.rrf_k, server_cosine, server_bm25) if servers else server_bm25
+                tool = fusion.rrf(cfg.rrf_k, cosine, bm25)
+                server = fusion.rrf(cfg.rrf_k, server_cosine, server_bm25) if servers else server_bm25
         if servers and server.shape[1]:
             tool = (tool + cfg.server_weight * server[:, snap.server_of]) / (1.0 + cfg.server_weight)
         return np.asarray(tool, dtype=np.float32)
-
-
-def _dot(queries: Matrix, matrix: Matrix) -> npt.NDArray[np.float32]:
-    """`queries @ matrix.T`, computed without BLAS.
-
-    numpy's BLAS (OpenBLAS) runs a large product on a pool of threads that keep spinning
-    for a while after it returns; on a 2-core machine they then compete with the ONNX
-    Runtime threads of the next query embedding, which measured 2x slower (12.8 ms instead
-    of 5.6 ms) right after a 10,000 x 384 product. einsum's own loop is single-threaded
-    and takes about 1 ms for 10,000 tools.
-    """
-    return np.einsum("qd,nd->qn", queries, matrix, optimize=False)
-
-
-def _coverage(index: BM25Index, query: str) -> npt.NDArray[np.float32]:
-    """BM25 scores divided by the best score any document could get for `query` (0..1)."""
-    top = index.max_score(query)
-    if top <= 0:
-        return np.zeros(len(index), dtype=np.float32)
-    return index.scores(query) / np.float32(top)
-
-
-def _rrf(k: int, *rankings: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-    """Reciprocal rank fusion of score rows, scaled so that first everywhere scores 1.
-
-    A tool scoring 0 in a ranking (no term in common, or a non-positive cosine) gets
-    nothing from it, rather than the contribution of its arbitrary rank among the zeros.
-    """
-    out = np.zeros_like(rankings[0])
-    rows = np.arange(rankings[0].shape[0])[:, None]
-    for scores in rankings:
-        order = np.argsort(-scores, axis=1, kind="stable")
-        ranks = np.empty_like(order)
-        ranks[rows, order] = np.arange(scores.shape[1])[None, :]
-        contribution = 1.0 / (k + 1 + ranks)
-        contribution[scores <= 0] = 0.0
-        out += contribution
-    return np.asarray(out * (k + 1) / len(rankings), dtype=np.float32)
-
-
-def _top(scores: npt.NDArray[np.float32], k: int) -> npt.NDArray[np.intp]:
-    """Rows of the k best scores, best first, equal scores by row (rows are in name order)."""
-    if k < len(scores):
-        cut = np.partition(-scores, k - 1)[k - 1]
-        candidates = np.flatnonzero(-scores <= cut)
-    else:
-        candidates = np.arange(len(scores))
-    order = np.lexsort((candidates, -scores[candidates]))
-    return candidates[order][:k]
-
-
-def _round_robin(scores: npt.NDArray[np.float32], k: int) -> list[tuple[int, float]]:
-    """Merge the full request's ranking (row 0) with its steps' rankings, taking turns, so
-    that every step gets a slot.
-
-    The merged order is kept (so the first k of a longer list are the list for k); a
-    tool's score is its best score, capped by the score of the tool before it so that
-    scores never increase down the list.
-    """
-    best = scores.max(axis=0)
-    rankings = [list(_top(row, k)) for row in scores]
-    picked: dict[int, None] = {}
-    depth = 0
-    while len(picked) < k and depth < k:
-        for ranking in rankings:
-            if depth < len(ranking) and len(picked) < k:
-                picked.setdefault(int(ranking[depth]), None)
-        depth += 1
-    out: list[tuple[int, float]] = []
-    ceiling = 1.0
-    for i in picked:
-        ceiling = min(ceiling, float(best[i]))
-        out.append((i, ceiling))
-    return out
