@@ -42,6 +42,13 @@ async def gateway(tmp_path: Path, **routing: Any) -> AsyncIterator[GatewayServer
         yield GatewayServer(registry, settings, router)
 
 
+async def test_the_router_is_complete_once_semantic_with_every_full_text_embedded(tmp_path: Path) -> None:
+    async with gateway(tmp_path) as gw:
+        router = gw.router.router
+        assert router is not None and router.dense  # not the first, lexical index
+        assert len(router) > 0 and router.pending_documents == 0
+
+
 def _text(result: types.CallToolResult) -> str:
     block = result.content[0]
     assert isinstance(block, types.TextContent)

@@ -199,6 +199,8 @@ class RouterService:
         the full texts of the first index's tools are embedded."""
         self._dirty = anyio.Event()
         self._enrich_wanted = anyio.Event()
+        self._built = False
+        """True once the full router was built (or could not be): `complete` waits for it."""
         self._lock = anyio.Lock()
         self._cursor = SignalCursor()
         self._learning_router: Router | None = None
@@ -246,6 +248,7 @@ class RouterService:
                 self._wake_learning.set()  # the new router learns what the first one had learnt
         except Exception:  # noqa: BLE001 - boundary: lexical search goes on without the model
             logger.exception("router: the embedding index could not be built; searching with BM25 alone")
+        self._built = True
         self._enrich_wanted.set()
         logger.info(
             "router: %s, ready in %.1f s (%d tool documents embedded, %d from the embedding cache)",
@@ -288,7 +291,8 @@ class RouterService:
             router = self.router
             if router is not None and router.dense:
                 await self._enrich(router)
-            self.complete.set()
+            if self._built:  # not after the first, lexical index
+                self.complete.set()
 
     async def _enrich(self, router: Router) -> None:
         stop = threading.Event()  # a cancelled wait stops the thread after its current batch
