@@ -40,7 +40,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import ChainMap
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -277,7 +278,8 @@ class Router:
                 if cfg.full_document_weight:
                     full_texts = tuple(truncate_tokens(d, cfg.full_document_tokens) for d in documents)
                     full_keys = tuple(cache_key(self._embedder.model_id, t) for t in full_texts)
-                self._full_vectors = self._known_full_vectors(full_keys)
+                # a full text that is also a short text (nothing but a short description) has its vector
+                self._full_vectors = self._known(full_keys, ChainMap(self._full_vectors, self._vectors))
             matrix, blended = self._blend(short_matrix, full_keys)
             self._snapshot = _Snapshot(
                 records=tuple(ordered),
@@ -294,13 +296,9 @@ class Router:
                 row_of={r.name: i for i, r in enumerate(ordered)},
             )
 
-    def _known_full_vectors(self, keys: Sequence[str]) -> dict[str, Vector]:
-        """The vectors of these full texts already known, from memory or the cache (none embedded).
-
-        A full text that is also a short text (a tool with a short description and nothing
-        else) has the short text's vector."""
-        known = {**self._vectors, **self._full_vectors}
-        found = {k: known[k] for k in keys if k in known}
+    def _known(self, keys: Sequence[str], memory: Mapping[str, Vector]) -> dict[str, Vector]:
+        """The vectors of these keys already known, from `memory`, then from the cache (none embedded)."""
+        found = {k: memory[k] for k in keys if k in memory}
         missing = [k for k in dict.fromkeys(keys) if k not in found]
         if missing and self._cache is not None:
             from_cache = self._cache.get_many(missing)
@@ -331,9 +329,10 @@ class Router:
         """Embed the full texts of the indexed tools that have no vector yet; returns how many.
 
         The index stays searchable throughout: the vectors embedded so far are swapped in
-        (and written to the cache) every `ENRICH_SWAP_SECONDS` and at the end (an `update` meanwhile is taken into
-        account: its new tools are embedded too, removed ones skipped). `progress(done,
-        total)` is called as in `update`. Setting `stop` ends it after the current batch.
+        (and written to the cache) every `ENRICH_SWAP_SECONDS` and at the end. An `update`
+        meanwhile is taken into account: its new tools are embedded too, removed ones
+        skipped. `progress(done, total)` is called as in `update`. Setting `stop` ends it
+        after the current batch.
         Synchronous (CPU-bound for seconds to minutes): run it in a worker thread.
         """
         embedder = self._embedder
@@ -402,13 +401,8 @@ class Router:
         assert embedder is not None
         model_id = embedder.model_id
         keys = [cache_key(model_id, d) for d in documents]
-        found: dict[str, Vector] = {k: self._vectors[k] for k in keys if k in self._vectors}
+        found = self._known(keys, self._vectors)
         missing = [k for k in dict.fromkeys(keys) if k not in found]
-        if missing and self._cache is not None:
-            from_cache = self._cache.get_many(missing)
-            self.cached_documents += len(from_cache)
-            found.update(from_cache)
-            missing = [k for k in missing if k not in found]
         if missing:
             text_of = dict(zip(keys, documents, strict=True))
             missing.sort(key=lambda k: len(text_of[k]))  # similar lengths per batch: less padding
