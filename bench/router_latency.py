@@ -119,6 +119,20 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
+def latency(times: Sequence[float]) -> dict[str, float]:
+    """p50/p95 in ms (0 when there are none) and the count of `times`, in ms."""
+    if not times:
+        return {"p50_ms": 0.0, "p95_ms": 0.0, "n": 0}
+    return {"p50_ms": round(statistics.median(times), 3), "p95_ms": round(percentile(times, 95), 3), "n": len(times)}
+
+
+def print_latencies(results: dict[str, object], keys: Sequence[str], width: int = 18) -> None:
+    for key in keys:
+        r = results[key]
+        assert isinstance(r, dict)
+        print(f"  {key:{width}} p50 {r['p50_ms']:6.2f} ms  p95 {r['p95_ms']:6.2f} ms  (n={r['n']})")
+
+
 def timed(calls: Sequence[Callable[[], object]]) -> dict[str, float]:
     """p50/p95 in ms of the calls, each run once, after 3 warm-up calls."""
     for call in calls[:3]:
@@ -128,7 +142,7 @@ def timed(calls: Sequence[Callable[[], object]]) -> dict[str, float]:
         started = time.perf_counter()
         call()
         times.append((time.perf_counter() - started) * 1000)
-    return {"p50_ms": round(statistics.median(times), 3), "p95_ms": round(percentile(times, 95), 3), "n": len(times)}
+    return latency(times)
 
 
 def interleaved(variants: dict[str, Callable[[str], object]], texts: Sequence[str]) -> dict[str, dict[str, float]]:
@@ -143,10 +157,7 @@ def interleaved(variants: dict[str, Callable[[str], object]], texts: Sequence[st
             started = time.perf_counter()
             variants[name](text)
             times[name].append((time.perf_counter() - started) * 1000)
-    return {
-        name: {"p50_ms": round(statistics.median(t), 3), "p95_ms": round(percentile(t, 95), 3), "n": len(t)}
-        for name, t in times.items()
-    }
+    return {name: latency(t) for name, t in times.items()}
 
 
 def compare_paths(
@@ -237,11 +248,7 @@ def enrich_2500(router: Router, queries: Sequence[str], results: dict[str, objec
     worker.join()
     results["enrich_2500_s"] = round(time.perf_counter() - started, 3)
     results["enrich_2500_embedded"] = done[0] if done else 0
-    results["search_2500_while_enriching"] = {
-        "p50_ms": round(statistics.median(times), 3) if times else 0.0,
-        "p95_ms": round(percentile(times, 95), 3) if times else 0.0,
-        "n": len(times),
-    }
+    results["search_2500_while_enriching"] = latency(times)
     results["search_2500_enriched"] = timed([lambda q=q: router.search(q, k=8) for q in queries])
 
 
@@ -301,10 +308,7 @@ def main() -> int:
             f"{len(records)} tools: cold index {results['index_527_cold_s']:.2f} s,"
             f" full texts {results['enrich_527_s']:.2f} s more"
         )
-        for key in ("search_527", "search_527_short", "embed_query", "embed_query_short"):
-            r = results[key]
-            assert isinstance(r, dict)
-            print(f"  {key:18} p50 {r['p50_ms']:6.2f} ms  p95 {r['p95_ms']:6.2f} ms  (n={r['n']})")
+        print_latencies(results, ("search_527", "search_527_short", "embed_query", "embed_query_short"))
 
         # 2. + 3. cold and warm 2,500
         synthetic = synthetic_catalog(records, max(args.cold_tools, args.large_tools))
@@ -327,10 +331,7 @@ def main() -> int:
             f"({results['enrich_2500_embedded']} embedded), warm start {results['index_2500_warm_s']:.3f} s "
             f"({warm.embedded_documents} embedded, {warm.pending_documents} left to enrich)"
         )
-        for key in ("search_2500_while_enriching", "search_2500_enriched"):
-            r = results[key]
-            assert isinstance(r, dict)
-            print(f"  {key:27} p50 {r['p50_ms']:6.2f} ms  p95 {r['p95_ms']:6.2f} ms  (n={r['n']})")
+        print_latencies(results, ("search_2500_while_enriching", "search_2500_enriched"), width=27)
 
         # 4. 10,000
         large = Router(embedder, cache=SqliteEmbeddingCache(cache_path))
@@ -340,10 +341,7 @@ def main() -> int:
         results["search_10000"] = timed([lambda q=q: large.search(q, k=8) for q in queries * args.rounds])
         results["search_10000_short"] = timed([lambda q=q: large.search(q, k=8) for q in short * args.rounds])
         print(f"{len(large)} tools: index {results['index_10000_s_with_2500_cached']:.1f} s (2,500 of them cached)")
-        for key in ("search_10000", "search_10000_short"):
-            r = results[key]
-            assert isinstance(r, dict)
-            print(f"  {key:18} p50 {r['p50_ms']:6.2f} ms  p95 {r['p95_ms']:6.2f} ms  (n={r['n']})")
+        print_latencies(results, ("search_10000", "search_10000_short"))
         if args.compare:
             results["compare"] = compare_paths(embedder, records, queries, synthetic[: args.cold_tools], args.rounds)
     results["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
