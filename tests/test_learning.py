@@ -31,7 +31,7 @@ from gateway.settings import EmbeddingSettings, LearningSettings, Settings
 from gateway.upstream import UpstreamSpec
 from tests.conftest import REPO, gateway_env
 from tests.servers.demo_server import create_server
-from tests.test_router import CATALOG
+from tests.test_router import CATALOG, write_eval_files
 
 NOW = 1_800_000_000.0
 DAY = 86_400.0
@@ -343,11 +343,7 @@ def _write_replay_files(tmp_path: Path) -> tuple[Path, Path]:
         for tool, text in topics.items()
         for i, suffix in enumerate(("today", "tomorrow", "please", "now"))
     ]
-    catalog_path = tmp_path / "catalog.json"
-    catalog_path.write_text(json.dumps(catalog))
-    queries_path = tmp_path / "queries.jsonl"
-    queries_path.write_text("\n".join(json.dumps(q) for q in queries) + "\n")
-    return catalog_path, queries_path
+    return write_eval_files(tmp_path, catalog, queries)
 
 
 def test_splits_are_seeded_disjoint_and_cover_every_query_with_expected_tools(tmp_path: Path) -> None:

@@ -519,6 +519,15 @@ def test_a_description_change_updates_bm25_even_when_the_embedded_text_is_the_sa
 # --------------------------------------------------------------------------- evaluation
 
 
+def write_eval_files(directory: Path, catalog: dict[str, Any], queries: list[dict[str, Any]]) -> tuple[Path, Path]:
+    """`catalog.json` and `queries.jsonl` in `directory`, in the formats `mcp-gateway eval` reads."""
+    catalog_path = directory / "catalog.json"
+    catalog_path.write_text(json.dumps(catalog))
+    queries_path = directory / "queries.jsonl"
+    queries_path.write_text("\n".join(json.dumps(q) for q in queries) + "\n")
+    return catalog_path, queries_path
+
+
 def _write_eval_files(tmp_path: Path) -> tuple[Path, Path]:
     catalog = {
         "servers": [
@@ -566,11 +575,7 @@ def _write_eval_files(tmp_path: Path) -> tuple[Path, Path]:
         {"id": "q6", "query": "tune the guitar", "expected": []},
         {"id": "q7", "query": "feed the elephant", "expected": []},
     ]
-    catalog_path = tmp_path / "catalog.json"
-    catalog_path.write_text(json.dumps(catalog))
-    queries_path = tmp_path / "queries.jsonl"
-    queries_path.write_text("\n".join(json.dumps(q) for q in queries) + "\n")
-    return catalog_path, queries_path
+    return write_eval_files(tmp_path, catalog, queries)
 
 
 def test_the_eval_harness_computes_recall_mrr_and_the_no_answer_rate(tmp_path: Path) -> None:
