@@ -243,6 +243,28 @@ def test_search_finds_the_expected_operation_for_plain_language_queries(tmp_path
     assert semantic["recall@5"] > lexical["recall@5"]
 
 
+def test_the_plugin_and_the_gateways_router_share_one_loaded_model(tmp_path: Path) -> None:
+    """One model in memory per process and settings, held only as long as someone uses it."""
+    import gc
+    import weakref
+
+    from gateway.router.service import load_router_embedder
+    from plugins.openapi.search import load_embedder
+
+    settings = Settings(data_dir=tmp_path)
+    routers = load_router_embedder(settings, None)
+    assert routers is not None, "the bundled embedding model did not load"
+    assert load_embedder(settings) is routers
+    elsewhere = load_router_embedder(Settings(data_dir=tmp_path / "elsewhere"), None)
+    assert elsewhere is not None and elsewhere is not routers
+    smaller_batches = load_router_embedder(Settings(data_dir=tmp_path, embedding={"batch_size": 2}), None)
+    assert smaller_batches is not None and smaller_batches is not routers and smaller_batches.batch_size == 2
+    held = weakref.ref(routers)
+    del routers, elsewhere, smaller_batches
+    gc.collect()
+    assert held() is None, "the shared model outlived its last user"
+
+
 @pytest.mark.anyio
 async def test_the_first_search_builds_the_embedding_index_off_the_event_loop(tmp_path: Path) -> None:
     config = Config.model_validate({"specs": [{"name": "library", "source": str(LIBRARY)}]})

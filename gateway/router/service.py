@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -56,7 +57,13 @@ class RouterUnavailable(GatewayError):
 
 
 def load_router_embedder(settings: Settings, pm: PluginManager | None) -> Embedder | None:
-    """A plugin's embedder (`gateway_embedder`) if one provides it, else the configured fastembed model."""
+    """A plugin's embedder (`gateway_embedder`) if one provides it, else the configured fastembed model.
+
+    The fastembed model is shared: callers in one process with the same embedding settings
+    and data dir (the gateway's router and the openapi plugin's operation index) get the
+    same instance while any of them holds it, so the model is in memory once (about 110 MB)
+    and its query-first lock orders all their work.
+    """
     if pm is not None:
         provided = pm.hook.gateway_embedder(settings=settings)
         if provided is not None:
@@ -66,7 +73,19 @@ def load_router_embedder(settings: Settings, pm: PluginManager | None) -> Embedd
             return provided
     from gateway.router.embedder import load_embedder
 
-    return load_embedder(settings.embedding, settings.data_dir)
+    key = (settings.embedding.model_dump_json(), str(settings.data_dir.resolve()))
+    with _shared_lock:  # held while loading: a second caller waits for the first load, not a second one
+        embedder = _shared_embedders.get(key)
+        if embedder is None:
+            embedder = load_embedder(settings.embedding, settings.data_dir)
+            if embedder is not None:
+                _shared_embedders[key] = embedder
+        return embedder
+
+
+_shared_embedders: weakref.WeakValueDictionary[tuple[str, str], Embedder] = weakref.WeakValueDictionary()
+"""Loaded fastembed models by (embedding settings, data dir); gone when nobody holds them."""
+_shared_lock = threading.Lock()
 
 
 def learning_config(settings: Settings) -> LearningConfig | None:

@@ -6,7 +6,8 @@ names; server: the spec's short name; capabilities: its tags), so the
 router's documents, BM25 index, embedder and embedding cache are used as they are
 for tools. The embedder is the one the gateway's router uses
 (`gateway.router.service.load_router_embedder`: a plugin's `gateway_embedder`, else
-the bundled model); if none loads, search is BM25 alone.
+the bundled model; in the gateway's process, the very instance its router holds); if
+none loads, search is BM25 alone.
 """
 
 from __future__ import annotations
