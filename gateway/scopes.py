@@ -35,14 +35,9 @@ def server_visible(principal: Principal | None, server_id: str) -> bool:
 
 def visible(principal: Principal | None, entry: Entry[Any]) -> bool:
     """May this caller see and call this catalog item (a tool, or a prompt/resource by its server)?"""
-    if principal is None or principal.profile is None:
-        return True
-    profile = principal.profile
-    if not _matches(entry.server_id, profile.servers):
-        return False
-    if not hasattr(entry.item, "input_schema"):  # prompts and resources: their server decides
-        return True
-    return tool_visible(principal, entry.server_id, entry.exposed)
+    if hasattr(entry.item, "input_schema"):
+        return tool_visible(principal, entry.server_id, entry.exposed)
+    return server_visible(principal, entry.server_id)  # prompts and resources: their server decides
 
 
 def tool_visible(principal: Principal | None, server_id: str, exposed: str) -> bool:
