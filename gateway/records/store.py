@@ -187,8 +187,6 @@ class SqlStore:
                 connection = self._connect()
                 with self._transaction(connection):
                     yield connection.cursor()
-            except AlreadyRated:
-                raise
             except self.errors as error:
                 if self._is_unique_violation(error):
                     raise
