@@ -157,8 +157,7 @@ def run_replay(
             feedback = simulate_feedback(q, router.search(q.query, k=SHOWN, threshold=threshold), time.time())
             router.learn(feedback)
             signals += len(feedback)
-        sums: dict[bool, dict[str, float]] = {False: dict.fromkeys(report.metrics, 0.0), True: {}}
-        sums[True] = dict(sums[False])
+        sums = {learned: dict.fromkeys(report.metrics, 0.0) for learned in (False, True)}
         for q in held_out:
             for learned in (False, True):
                 ranked = [h.name for h in router.search(q.query, k=depth, threshold=threshold, learned=learned)]
