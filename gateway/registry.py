@@ -7,7 +7,9 @@ or state changes, and tells its listeners (the downstream server) what changed.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import json
 import logging
 import math
 import re
@@ -18,6 +20,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 from mcp import StdioServerParameters
+from mcp.client.stdio import get_default_environment
 from mcp.server import MCPServer, Server
 from pydantic import BaseModel
 
@@ -34,6 +37,8 @@ from gateway.config import ConfigError, GatewayConfig, ServerConfig, validate_pl
 from gateway.errors import ExecutionError, ToolNotFound
 from gateway.metrics import GatewayMetrics
 from gateway.plugins import PluginManager
+from gateway.recursion import CHAIN_VAR, ChainError, chain_problem, config_identity, inherited_chain, is_refusal
+from gateway.recursion import starts_gateway as entry_starts_gateway
 from gateway.relay import Relay
 from gateway.settings import Settings
 from gateway.upstream import CONNECTED_STATES, LISTED_STATES, Upstream, UpstreamSpec, unavailable_error
@@ -43,6 +48,7 @@ __all__ = [
     "Registry",
     "RegistrationError",
     "check_plugin_sections",
+    "gateway_chain",
     "plugin_settings",
     "specs_from_config",
     "specs_from_plugins",
@@ -192,6 +198,52 @@ def specs_from_plugins(
     return specs
 
 
+def gateway_chain(settings: Settings) -> list[str]:
+    """The config paths of the gateways above this one and its own, outermost first.
+
+    Raises `RegistrationError` when this gateway must not start: its config is already in
+    the chain (a gateway started itself), or the chain is longer than `max_nesting`.
+    """
+    try:
+        inherited = inherited_chain()
+    except ChainError as exc:
+        raise RegistrationError(str(exc)) from None
+    own = config_identity(settings.config)
+    problem = chain_problem(own, inherited, settings.max_nesting)
+    if problem is not None:
+        raise RegistrationError(problem)
+    return [*inherited, own]
+
+
+def _self_start(spec: UpstreamSpec, chain: Sequence[str]) -> str | None:
+    """Why an enabled stdio entry must never be started: it starts a gateway whose config is in `chain`."""
+    target = spec.target
+    if not (spec.enabled and isinstance(target, StdioServerParameters)):
+        return None
+    env = get_default_environment() | (target.env or {})  # what the child gets (`gateway.stdio_child`)
+    return entry_starts_gateway(target.command, target.args, env, target.cwd, chain)
+
+
+def _with_chain(spec: UpstreamSpec, chain: Sequence[str]) -> UpstreamSpec:
+    """A stdio spec whose child learns the chain of gateways above it (`MCP_GATEWAY_CHAIN`)."""
+    if not isinstance(spec.target, StdioServerParameters):
+        return spec
+    env = {**(spec.target.env or {}), CHAIN_VAR: json.dumps(list(chain))}
+    return dataclasses.replace(spec, target=spec.target.model_copy(update={"env": env}))
+
+
+class _RefusedUpstream(Upstream):
+    """An entry that would start this gateway again: failed from the start, never spawned."""
+
+    def __init__(self, refusal: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.refusal = refusal
+
+    async def run(self) -> None:
+        await self._set_state("failed", self.refusal)
+        self._ready.set()
+
+
 class Registry:
     """Owns the upstreams and the merged catalog. Use `async with registry.running():`."""
 
@@ -211,19 +263,23 @@ class Registry:
         if duplicates:
             raise RegistrationError(f"server id(s) used twice (plugin and config?): {', '.join(duplicates)}")
         self.settings = settings
-        self.upstreams: dict[str, Upstream] = {
-            s.id: Upstream(
-                s,
-                self,
-                startup_timeout=settings.startup_timeout,
-                call_timeout=settings.call_timeout,
-                relay_requests=relay_requests,
-                max_concurrent_calls=settings.resilience.max_concurrent_calls,
-                health_interval=settings.resilience.health_interval,
-                listing_dir=settings.data_dir / "listings",
-            )
-            for s in specs
+        self.chain = gateway_chain(settings)
+        """This gateway's config path after those of the gateways that started it (`gateway.recursion`)."""
+        options: dict[str, Any] = {
+            "startup_timeout": settings.startup_timeout,
+            "call_timeout": settings.call_timeout,
+            "relay_requests": relay_requests,
+            "max_concurrent_calls": settings.resilience.max_concurrent_calls,
+            "health_interval": settings.resilience.health_interval,
+            "listing_dir": settings.data_dir / "listings",
         }
+        self.upstreams: dict[str, Upstream] = {}
+        for spec in specs:
+            refusal = _self_start(spec, self.chain)
+            spec = _with_chain(spec, self.chain)
+            self.upstreams[spec.id] = (
+                Upstream(spec, self, **options) if refusal is None else _RefusedUpstream(refusal, spec, self, **options)
+            )
         self.plugins = plugins
         """The plugin manager, for hooks other parts call (e.g. the router's `gateway_enrich_tool`)."""
         resilience = settings.resilience
@@ -304,6 +360,9 @@ class Registry:
     async def state_changed(self, upstream: Upstream) -> None:
         level = logging.WARNING if upstream.state == "failed" else logging.INFO
         reason = f" ({upstream.reason})" if upstream.reason else ""
+        if upstream.state == "failed" and is_refusal(upstream.reason):
+            upstream.stop()  # it starts a gateway that refuses its chain, and would refuse every retry
+            reason += "; not retried"
         logger.log(level, "server %r is %s%s", upstream.id, upstream.state, reason)
         if upstream.state not in CONNECTED_STATES:  # `idle` too: its listing may just have been loaded
             await self._rebuild()

@@ -237,6 +237,15 @@ class Settings(BaseSettings):
     page_size: int = Field(
         default=500, ge=1, le=10_000, description="Items per page in the gateway's own list responses."
     )
+    max_nesting: int = Field(
+        default=3,
+        ge=1,
+        le=32,
+        description=(
+            "Most gateways in a chain of gateways that start one another, this one included "
+            "(1: a gateway started by a gateway refuses to start)."
+        ),
+    )
     http: HttpSettings = Field(default_factory=HttpSettings)
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
