@@ -11,7 +11,8 @@ same file, which starts it again, without end. Two guards stop it:
   above it, is never started.
 - Every stdio child gets `MCP_GATEWAY_CHAIN`: the config paths of the gateways above it,
   outermost first. A gateway that finds its own config in that chain (a wrapper script
-  hid the loop), or too many gateways above it, refuses to start (`chain_problem`).
+  hid the loop), or as many gateways above it as the cap allows, refuses to start
+  (`gateway_chain`). The cap in force goes down the chain too (`MCP_GATEWAY_MAX_NESTING`).
 """
 
 from __future__ import annotations
@@ -28,12 +29,16 @@ from pathlib import Path
 from dotenv import dotenv_values
 
 __all__ = [
+    "CAP_VAR",
     "CHAIN_VAR",
     "SELF_START",
     "TOO_DEEP",
+    "Chain",
     "ChainError",
     "chain_problem",
     "config_identity",
+    "gateway_chain",
+    "inherited_cap",
     "inherited_chain",
     "is_refusal",
     "starts_gateway",
@@ -41,6 +46,8 @@ __all__ = [
 
 CHAIN_VAR = "MCP_GATEWAY_CHAIN"
 """Set for every stdio child: a JSON list of the config paths of the gateways above it, outermost first."""
+CAP_VAR = "MCP_GATEWAY_MAX_NESTING"
+"""Set for every stdio child: the nesting cap in force, which a gateway below may lower but not raise."""
 SELF_START = "this entry starts the gateway itself"
 TOO_DEEP = "too many gateways started one another"
 DEFAULT_CONFIG = "external-mcps.yaml"  # the `config` setting's default, as the nested gateway would read it
@@ -79,7 +86,7 @@ _UV_VALUE_OPTIONS = frozenset(
 
 
 class ChainError(ValueError):
-    """`MCP_GATEWAY_CHAIN` is set but is not a JSON list of paths."""
+    """This gateway must not start: its chain says so, or the chain's environment variables are malformed."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +117,16 @@ def inherited_chain(environ: Mapping[str, str] | None = None) -> list[str]:
     return chain
 
 
+def inherited_cap(environ: Mapping[str, str] | None = None) -> int | None:
+    """The nesting cap of the gateways above this one (a nested gateway may lower it, never raise it)."""
+    raw = (os.environ if environ is None else environ).get(CAP_VAR, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise ChainError(f"{CAP_VAR} must be a whole number of at least 1 (a gateway sets it), got {raw[:20]!r}")
+    return int(raw)
+
+
 def chain_problem(own: str, chain: Sequence[str], max_nesting: int) -> str | None:
     """Why a gateway with config `own` under `chain` must not start, or None when it may."""
     shown = " -> ".join([*chain, own])
@@ -124,6 +141,35 @@ def chain_problem(own: str, chain: Sequence[str], max_nesting: int) -> str | Non
             f"the most is {max_nesting} (GATEWAY_MAX_NESTING)"
         )
     return None
+
+
+@dataclass(frozen=True)
+class Chain:
+    """This gateway's place among gateways that start one another."""
+
+    configs: tuple[str, ...]
+    """The config paths of the gateways above this one, outermost first, then its own."""
+    max_nesting: int
+    """The cap in force: this gateway's setting, or a lower one from the gateways above."""
+
+    def child_env(self) -> dict[str, str]:
+        """What every stdio child gets, so that a gateway among them knows its place."""
+        return {CHAIN_VAR: json.dumps(list(self.configs)), CAP_VAR: str(self.max_nesting)}
+
+
+def gateway_chain(config: str | os.PathLike[str], max_nesting: int, environ: Mapping[str, str] | None = None) -> Chain:
+    """This gateway's chain, read from the environment its parent gave it.
+
+    Raises `ChainError` when it must not start: its config is already in the chain (a
+    gateway started itself, e.g. through a wrapper script), or the chain is at the cap.
+    """
+    inherited = inherited_chain(environ)
+    cap = min(max_nesting, inherited_cap(environ) or max_nesting)
+    own = config_identity(config)
+    problem = chain_problem(own, inherited, cap)
+    if problem is not None:
+        raise ChainError(problem)
+    return Chain((*inherited, own), cap)
 
 
 def is_refusal(reason: str | None) -> bool:
@@ -311,7 +357,8 @@ def _split(text: str) -> list[str]:
 
 
 def _expand(word: str, env: Mapping[str, str]) -> str:
-    """`$NAME`, `${NAME}`, `${NAME:-default}` and a leading `~`, as the shell would (unset: empty)."""
+    """`$NAME`, `${NAME}`, `${NAME:-default}` and a leading `~` (of the word or an assignment's value),
+    as the shell would (unset: empty)."""
 
     def value(match: re.Match[str]) -> str:
         name = match.group(1) or match.group(3)
@@ -319,9 +366,10 @@ def _expand(word: str, env: Mapping[str, str]) -> str:
         return found or (match.group(2) or "")
 
     word = _VARIABLE.sub(value, word)
-    if word == "~" or word.startswith("~/"):
-        word = env.get("HOME", "~") + word[1:]
-    return word
+    name, equals, rest = word.partition("=") if _ASSIGNMENT.match(word) else ("", "", word)
+    if rest == "~" or rest.startswith("~/"):  # also `NAME=~/...`, as in an assignment
+        rest = env.get("HOME", "~") + rest[1:]
+    return name + equals + rest
 
 
 def _python(words: Sequence[str], env: dict[str, str], cwd: Path, hops: int) -> _Gateway | None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
 import logging
 import math
 import re
@@ -37,7 +36,7 @@ from gateway.config import ConfigError, GatewayConfig, ServerConfig, validate_pl
 from gateway.errors import ExecutionError, ToolNotFound
 from gateway.metrics import GatewayMetrics
 from gateway.plugins import PluginManager
-from gateway.recursion import CHAIN_VAR, ChainError, chain_problem, config_identity, inherited_chain, is_refusal
+from gateway.recursion import Chain, ChainError, gateway_chain, is_refusal
 from gateway.recursion import starts_gateway as entry_starts_gateway
 from gateway.relay import Relay
 from gateway.settings import Settings
@@ -48,7 +47,6 @@ __all__ = [
     "Registry",
     "RegistrationError",
     "check_plugin_sections",
-    "gateway_chain",
     "plugin_settings",
     "specs_from_config",
     "specs_from_plugins",
@@ -198,37 +196,20 @@ def specs_from_plugins(
     return specs
 
 
-def gateway_chain(settings: Settings) -> list[str]:
-    """The config paths of the gateways above this one and its own, outermost first.
-
-    Raises `RegistrationError` when this gateway must not start: its config is already in
-    the chain (a gateway started itself), or the chain is longer than `max_nesting`.
-    """
-    try:
-        inherited = inherited_chain()
-    except ChainError as exc:
-        raise RegistrationError(str(exc)) from None
-    own = config_identity(settings.config)
-    problem = chain_problem(own, inherited, settings.max_nesting)
-    if problem is not None:
-        raise RegistrationError(problem)
-    return [*inherited, own]
-
-
-def _self_start(spec: UpstreamSpec, chain: Sequence[str]) -> str | None:
+def _self_start(spec: UpstreamSpec, chain: Chain) -> str | None:
     """Why an enabled stdio entry must never be started: it starts a gateway whose config is in `chain`."""
     target = spec.target
     if not (spec.enabled and isinstance(target, StdioServerParameters)):
         return None
     env = get_default_environment() | (target.env or {})  # what the child gets (`gateway.stdio_child`)
-    return entry_starts_gateway(target.command, target.args, env, target.cwd, chain)
+    return entry_starts_gateway(target.command, target.args, env, target.cwd, chain.configs)
 
 
-def _with_chain(spec: UpstreamSpec, chain: Sequence[str]) -> UpstreamSpec:
-    """A stdio spec whose child learns the chain of gateways above it (`MCP_GATEWAY_CHAIN`)."""
+def _with_chain(spec: UpstreamSpec, chain: Chain) -> UpstreamSpec:
+    """A stdio spec whose child learns the chain of gateways above it (`MCP_GATEWAY_CHAIN`) and its cap."""
     if not isinstance(spec.target, StdioServerParameters):
         return spec
-    env = {**(spec.target.env or {}), CHAIN_VAR: json.dumps(list(chain))}
+    env = {**(spec.target.env or {}), **chain.child_env()}
     return dataclasses.replace(spec, target=spec.target.model_copy(update={"env": env}))
 
 
@@ -263,8 +244,12 @@ class Registry:
         if duplicates:
             raise RegistrationError(f"server id(s) used twice (plugin and config?): {', '.join(duplicates)}")
         self.settings = settings
-        self.chain = gateway_chain(settings)
-        """This gateway's config path after those of the gateways that started it (`gateway.recursion`)."""
+        try:  # a gateway that started itself, or one nested too deep, stops here
+            chain = gateway_chain(settings.config, settings.max_nesting)
+        except ChainError as exc:
+            raise RegistrationError(str(exc)) from None
+        self.chain = chain
+        """This gateway's place among gateways that start one another (`gateway.recursion`)."""
         options: dict[str, Any] = {
             "startup_timeout": settings.startup_timeout,
             "call_timeout": settings.call_timeout,
