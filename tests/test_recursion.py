@@ -13,6 +13,7 @@ import shutil
 import stat
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -244,7 +245,7 @@ def _rows(result: subprocess.CompletedProcess[str]) -> dict[str, dict]:
     return {row["server"]: row for row in json.loads(result.stdout)["servers"]}
 
 
-def _tiny(name: str = "tiny") -> dict:
+def _tiny() -> dict:
     return {"command": PYTHON, "args": [str(TINY_SERVER)], "protocol": "legacy"}
 
 
@@ -258,16 +259,28 @@ def _claude_desktop_config(tmp_path: Path) -> Path:
 
 def _yaml_config(tmp_path: Path) -> Path:
     """Our layout, listing `python -m gateway` with this file's relative path, from its folder."""
-    entry = {"command": PYTHON, "args": ["-m", "gateway", "--config", "self.yaml", "serve"], "cwd": str(tmp_path)}
-    return write_config(tmp_path / "self.yaml", json.dumps({"mcps": {"gateway": entry, "tiny": _tiny()}}))
+    return write_config(
+        tmp_path / "self.yaml",
+        f"""
+        mcps:
+          gateway:
+            command: {PYTHON}
+            args: [-m, gateway, --config, self.yaml, serve]
+            cwd: {tmp_path}
+          tiny:
+            command: {PYTHON}
+            args: [{TINY_SERVER}]
+            protocol: legacy
+        """,
+    )
 
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("make_config", [_claude_desktop_config, _yaml_config], ids=["claude-desktop-json", "yaml"])
 async def test_check_reports_an_entry_that_starts_the_gateway_itself_failed_and_never_starts_it(
-    tmp_path: Path, make_config: object
+    tmp_path: Path, make_config: Callable[[Path], Path]
 ) -> None:
-    config = make_config(tmp_path)  # type: ignore[operator]
+    config = make_config(tmp_path)
     result, gateways = await _run_counting(["--config", str(config), "check", "--json"], tmp_path, config.name)
     rows = _rows(result)
     assert result.returncode == 1
@@ -366,12 +379,12 @@ async def test_a_gateway_nested_deeper_than_the_cap_refuses_to_start_and_is_not_
 async def test_a_gateway_refuses_to_start_when_the_chain_holds_its_own_config_or_is_at_the_cap(tmp_path: Path) -> None:
     config = write_config(tmp_path / "gw.yaml", "mcps: {}\n")
     own = {CHAIN_VAR: json.dumps([str(tmp_path / "outer.yaml"), str(config)])}
-    result, _ = await _run_counting(["--config", str(config), "check"], tmp_path, "-", own)
+    result, _ = await _run_counting(["--config", str(config), "check"], tmp_path, str(config), own)
     assert result.returncode == 2
     assert f"mcp-gateway: {SELF_START}" in result.stderr
 
     deep = {CHAIN_VAR: json.dumps(["/a.yaml", "/b.yaml", "/c.yaml"])}  # the default cap is 3
-    result, _ = await _run_counting(["--config", str(config), "check"], tmp_path, "-", deep)
+    result, _ = await _run_counting(["--config", str(config), "check"], tmp_path, str(config), deep)
     assert result.returncode == 2
     assert f"mcp-gateway: {TOO_DEEP}" in result.stderr and "number 4" in result.stderr
 
