@@ -235,7 +235,7 @@ def _invocation(words: Sequence[str], env: dict[str, str], cwd: Path, hops: int)
     if path is None:
         return None
     if _is_serve_script(path):  # scripts/serve: `cd` to the repository, `--config ${GATEWAY_CONFIG:-...} serve`
-        root = path.parent.parent
+        root = path.resolve().parent.parent  # a symlink to the script runs from the real repository
         return _Gateway(("--config", _lookup(env, CONFIG_ENV) or DEFAULT_CONFIG, "serve", *rest), env, root)
     if _is_console_script(path):
         return _Gateway(tuple(rest), env, cwd)
