@@ -102,7 +102,13 @@ async def test_calls_refused_before_reaching_a_server_are_recorded_too(tmp_path:
             0,
         )
         assert failures[token_of(result)]["code"] == "tool_not_found"
-    assert json.loads(rows[token_of(unknown)]["arguments"]) == {"password": "***"}
+    sent = len(json.dumps({"password": SECRET}, separators=(",", ":")))
+    assert json.loads(rows[token_of(unknown)]["arguments"]) == {
+        "_truncated": True,
+        "original_bytes": sent,
+        "names": ["password"],
+    }
+    assert json.loads(rows[token_of(no_server)]["arguments"]) == {"_truncated": True, "original_bytes": 2, "names": []}
 
 
 async def test_arguments_are_redacted_by_key_at_any_depth_and_configured_secrets_are_masked(tmp_path: Path) -> None:
@@ -167,9 +173,9 @@ async def test_retried_attempts_are_each_recorded_as_a_failure() -> None:
     [pending] = submitted
     assert pending.attempts == 3 and pending.result is not None and pending.error is None
     assert [(attempt, str(error)) for attempt, error in pending.attempt_errors] == [(1, "refused 1"), (2, "refused 2")]
-    from gateway.records.rows import execution_rows
+    from gateway.records.rows import StoredLimits, execution_rows
 
-    values, failures = execution_rows(pending, Redactor([]), lambda text: text)
+    values, failures = execution_rows(pending, Redactor([]), lambda text: text, StoredLimits(1024, 1024))
     assert values[10:13] == ("success", None, 3)
     assert [(f.attempt, f.code) for f in failures] == [(1, "upstream_unavailable"), (2, "upstream_unavailable")]
 
