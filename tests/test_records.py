@@ -462,6 +462,22 @@ def test_the_writer_flushes_on_its_own_when_a_batch_is_full(tmp_path: Path) -> N
     assert len(store.rows("searches")[1]) == 5
 
 
+def test_the_writer_flushes_on_its_own_when_half_its_bytes_wait(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "r.sqlite3")
+    records = Records(records_settings(buffer_bytes=128 * 1024, batch_size=1000), store)
+    records.writer.start()
+    try:
+        for i in range(4):  # each query is cut to 16 KiB: four are more than 64 KiB
+            records.record_search(f"{i}" * 100_000, [], 1.0, session_id=None, client_id=None)
+        assert records.writer.dropped == 0
+        with anyio.from_thread.start_blocking_portal() as portal:
+            portal.call(_wait_written, records.writer, 4)
+    finally:
+        records.writer.close()
+    names, rows = store.rows("searches")
+    assert sorted(len(row[names.index("query")]) for row in rows) == [16 * 1024] * 4
+
+
 async def _wait_written(writer: RecordWriter, count: int) -> None:
     with anyio.fail_after(10):
         while writer.written < count:

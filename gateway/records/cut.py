@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from itertools import islice
 from typing import Any
 
 from gateway.config import MASK
 
 __all__ = [
     "MAX_NAMES",
+    "MAX_NAME_BYTES",
     "TRUNCATED_KEY",
     "cut_bytes",
     "cut_text",
@@ -31,12 +33,15 @@ __all__ = [
     "shrink",
     "size_estimate",
     "truncated_arguments",
+    "utf8_bytes",
 ]
 
 TRUNCATED_KEY = "_truncated"
 """The marker of stored arguments that are not the call's full arguments."""
 MAX_NAMES = 100
-"""A refused call's summary names at most this many arguments."""
+"""A refused call's summary names at most this many arguments..."""
+MAX_NAME_BYTES = 200
+"""... each in at most this many bytes."""
 ELLIPSIS = "…"
 _NODE_BYTES = 8
 """What `size_estimate` counts for a number, a key's quotes, a comma: the order of magnitude is enough."""
@@ -45,9 +50,14 @@ IsSecret = Callable[[str], bool]
 Mask = Callable[[str], str]
 
 
+def utf8_bytes(text: str) -> int:
+    """The size of `text` in UTF-8 (a lone surrogate, which JSON allows, counted as three bytes, not an error)."""
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
 def json_bytes(value: Any) -> int:
     """The exact size of `value` as compact UTF-8 JSON, the measure `security.limits` uses (one full pass)."""
-    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str).encode("utf-8"))
+    return utf8_bytes(json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str))
 
 
 def cut_bytes(text: str, limit: int) -> str:
@@ -55,7 +65,7 @@ def cut_bytes(text: str, limit: int) -> str:
     if len(text) * 4 <= limit:
         return text
     head = text[: max(limit, 0)]  # a character is at least one byte: the prefix is in here
-    encoded = head.encode("utf-8")
+    encoded = head.encode("utf-8", "surrogatepass")
     if len(encoded) <= limit:
         return head
     return encoded[:limit].decode("utf-8", errors="ignore")
@@ -64,9 +74,9 @@ def cut_bytes(text: str, limit: int) -> str:
 def cut_text(text: str, limit: int, mask: Mask) -> str:
     """`text` masked, then within `limit` bytes, ending with `…` when it was cut."""
     masked = mask(text)
-    if len(masked) * 4 <= limit or len(masked.encode("utf-8")) <= limit:
+    if len(masked) * 4 <= limit or utf8_bytes(masked) <= limit:
         return masked
-    return cut_bytes(masked, limit - len(ELLIPSIS.encode("utf-8"))) + ELLIPSIS
+    return cut_bytes(masked, limit - utf8_bytes(ELLIPSIS)) + ELLIPSIS
 
 
 def size_estimate(value: Any, cap: int) -> int:
@@ -149,22 +159,21 @@ def truncated_arguments(arguments: Any, limit: int, is_secret: IsSecret, mask: M
     (N is the size the client sent: the one full pass over the value, only for arguments that were cut)."""
     shrunk, cut = shrink(arguments, limit, is_secret, mask)
     text = json.dumps(shrunk, ensure_ascii=False, separators=(",", ":"), default=str)
-    if not cut and len(text.encode("utf-8")) <= limit:
+    if not cut and utf8_bytes(text) <= limit:
         return text
     original = json_bytes(arguments)
-    preview = cut_bytes(text, limit - len(_marker(original, preview="").encode("utf-8")))
+    preview = cut_bytes(text, limit - utf8_bytes(_marker(original, preview="")))
     stored = _marker(original, preview=preview)
-    while len(stored.encode("utf-8")) > limit and preview:  # escaping made it longer: take off the excess
-        excess = len(stored.encode("utf-8")) - limit
-        preview = cut_bytes(preview, max(len(preview.encode("utf-8")) - excess, 0))
+    while utf8_bytes(stored) > limit and preview:  # escaping made it longer: take off the excess
+        preview = cut_bytes(preview, max(utf8_bytes(preview) - (utf8_bytes(stored) - limit), 0))
         stored = _marker(original, preview=preview)
     return stored
 
 
-def refused_summary(arguments: dict[str, Any] | None) -> str | None:
+def refused_summary(arguments: dict[str, Any] | None, mask: Mask) -> str | None:
     """What a refused call keeps of its arguments: `{"_truncated": true, "original_bytes": N, "names": [...]}`,
-    the names of (at most `MAX_NAMES`) arguments, none of their values."""
+    the names of (at most `MAX_NAMES`) arguments, each masked then cut to `MAX_NAME_BYTES`, none of the values."""
     if arguments is None:
         return None
-    names = [cut_bytes(str(name), 200) for name in list(arguments)[:MAX_NAMES]]
+    names = [cut_bytes(mask(str(name)), MAX_NAME_BYTES) for name in islice(arguments, MAX_NAMES)]
     return _marker(json_bytes(arguments), names=names)

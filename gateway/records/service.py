@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 
+from gateway.errors import GatewayError
 from gateway.records.cut import cut_bytes, refused_summary, size_estimate
 from gateway.records.model import FailureRow, PendingExecution, SearchRow
 from gateway.records.postgres import PostgresStore
@@ -33,9 +34,10 @@ SQLITE_FILE = "records.sqlite3"
 """The SQLite store's file name in the data directory."""
 RECORD_BYTES = 512
 """What a record weighs in the writer's buffer besides its texts: ids, numbers, the object itself."""
-HEAVY_MARGIN = 64 * 1024
-"""A call record that holds this much more than its rows would (its arguments or result are large) is
-turned into rows at once, on the call path, so the buffer holds the cut rows, not the megabytes."""
+HEAVY_SHARE = 8
+"""A call's record that weighs more than `buffer_bytes / HEAVY_SHARE` (1 MiB by default: its arguments or
+result are large) is turned into its cut rows at once, on the call path, so the buffer holds kilobytes for
+it, not megabytes; lighter ones are turned into rows on the writer's thread, off the call path."""
 
 ExecutionRows = tuple[ExecutionValues, list[FailureRow]]
 
@@ -66,7 +68,7 @@ class Records:
         """Masks a server's configured secrets in stored text (`Upstream.redact`)."""
         self.redactor = Redactor(settings.redact_keys)
         self.limits = StoredLimits(settings.max_argument_bytes, settings.max_result_bytes)
-        self._heavy = settings.max_argument_bytes + settings.max_result_bytes + HEAVY_MARGIN
+        self._heavy = settings.buffer_bytes // HEAVY_SHARE
         self.writer = RecordWriter(
             store,
             self._batch,
@@ -139,7 +141,7 @@ class Records:
             attempts=0,
             search_id=None,
             error=error,
-            stored_arguments=refused_summary(arguments),
+            stored_arguments=refused_summary(arguments, partial(self.mask, server or "")),
         )
         self.submit_execution(record)
         return record.id
@@ -190,9 +192,8 @@ def _weight(record: PendingExecution, cap: int) -> int:
                 return total
             total += RECORD_BYTES + _payload_bytes(block)
         total += size_estimate(record.result.structured_content, cap)
-    for _, error in [*record.attempt_errors, (0, record.error)]:
-        total += len(str(getattr(error, "message", ""))) if error is not None else 0
-    return total
+    errors = [error for _, error in record.attempt_errors] + ([record.error] if record.error is not None else [])
+    return total + sum(len(error.message) if isinstance(error, GatewayError) else RECORD_BYTES for error in errors)
 
 
 def _payload_bytes(block: types.ContentBlock) -> int:

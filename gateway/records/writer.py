@@ -1,8 +1,8 @@
 """The records writer: a bounded buffer that a background thread flushes in batches.
 
 A call only appends to the buffer (under a lock, no I/O). The thread writes a batch
-every `flush_interval` seconds, or as soon as `batch_size` records wait, in one
-transaction. The buffer is bounded twice: in records (`buffer_size`) and in bytes
+every `flush_interval` seconds, or as soon as `batch_size` records or half of
+`buffer_bytes` wait, in one transaction. The buffer is bounded twice: in records (`buffer_size`) and in bytes
 (`buffer_bytes`, each record weighed by its submitter, roughly what it holds). When
 either is full, or the store fails, records are dropped: the count is
 `RecordWriter.dropped`, and a warning says so at most once a minute. The buffer counts
@@ -94,7 +94,7 @@ class RecordWriter:
                 self._buffer.append(record)
                 self._sizes.append(size)
                 self._bytes += size
-                if len(self._buffer) == self.batch_size:
+                if self._due():
                     self._wake.notify()
             if full:
                 self.dropped += 1
@@ -123,7 +123,7 @@ class RecordWriter:
         next_flush = time.monotonic() + self.flush_interval
         while True:
             with self._wake:
-                while not self._stopping and len(self._buffer) < self.batch_size:
+                while not self._stopping and not self._due():
                     left = next_flush - time.monotonic()
                     if left <= 0:
                         break
@@ -134,6 +134,10 @@ class RecordWriter:
             next_flush = time.monotonic() + self.flush_interval
             self.flush()
             self._apply_retention()
+
+    def _due(self) -> bool:
+        """A batch is due before its time: `batch_size` records, or half of `buffer_bytes`, wait (under `_wake`)."""
+        return len(self._buffer) >= self.batch_size or self._bytes >= self.buffer_bytes // 2
 
     def flush(self) -> None:
         """Write everything buffered now, in batches; from any thread (feedback flushes before a lookup)."""
