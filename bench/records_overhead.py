@@ -17,6 +17,7 @@ of block medians, with records vs without.
 
     python bench/records_overhead.py                  # 5000 measured calls per variant
     python bench/records_overhead.py --calls 1000 --json
+    python bench/records_overhead.py --text-bytes 100000 --calls 1000   # large calls: stored cut
 """
 
 from __future__ import annotations
@@ -47,8 +48,6 @@ from gateway.server import GatewayServer  # noqa: E402
 from gateway.settings import EmbeddingSettings, RecordsSettings, Settings  # noqa: E402
 from gateway.upstream import UpstreamSpec  # noqa: E402
 from tests.servers.demo_server import create_server  # noqa: E402
-
-ARGUMENTS = {"text": "hello"}
 
 
 @dataclass
@@ -107,7 +106,8 @@ async def _gateway(
     return registry, GatewayServer(registry, settings, records=records), records
 
 
-async def main_async(calls: int, warmup: int, block: int) -> dict[str, Any]:
+async def main_async(calls: int, warmup: int, block: int, text_bytes: int) -> dict[str, Any]:
+    arguments = {"text": "hello"[:text_bytes] if text_bytes <= 5 else "x" * text_bytes}
     with tempfile.TemporaryDirectory(prefix="mcp-gateway-bench-") as tmp:
         async with AsyncExitStack() as stack:
             base_registry, base_server, _ = await _gateway(stack, Path(tmp) / "off", recorded=False)
@@ -116,16 +116,17 @@ async def main_async(calls: int, warmup: int, block: int) -> dict[str, Any]:
             base_client = await stack.enter_async_context(Client(base_server.server))
             rec_client = await stack.enter_async_context(Client(rec_server.server))
             variants = [
-                Variant("chain/baseline", lambda: base_registry.call_tool("mem__echo", ARGUMENTS)),
-                Variant("chain/records", lambda: rec_registry.call_tool("mem__echo", ARGUMENTS)),
-                Variant("client/baseline", lambda: base_client.call_tool("mem__echo", ARGUMENTS)),
-                Variant("client/records", lambda: rec_client.call_tool("mem__echo", ARGUMENTS)),
+                Variant("chain/baseline", lambda: base_registry.call_tool("mem__echo", arguments)),
+                Variant("chain/records", lambda: rec_registry.call_tool("mem__echo", arguments)),
+                Variant("client/baseline", lambda: base_client.call_tool("mem__echo", arguments)),
+                Variant("client/records", lambda: rec_client.call_tool("mem__echo", arguments)),
             ]
             started = time.perf_counter()
             await _measure(variants, calls, warmup, block)
             elapsed = time.perf_counter() - started
             await records.flush()
             written, dropped = records.writer.written, records.writer.dropped
+            stored = sum(path.stat().st_size for path in (Path(tmp) / "on").glob("records.sqlite3*"))
     by_key = {v.key: v for v in variants}
     rows = {}
     for v in variants:
@@ -138,10 +139,12 @@ async def main_async(calls: int, warmup: int, block: int) -> dict[str, Any]:
         rows[v.key] = row
     return {
         "calls": calls,
+        "text_bytes": len(arguments["text"]),
         "block": block,
         "seconds": round(elapsed, 1),
         "records_written": written,
         "records_dropped": dropped,
+        "store_bytes": stored,
         "python": platform.python_version(),
         "machine": platform.machine(),
         "results": rows,
@@ -153,14 +156,21 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=5000, help="measured calls per variant")
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--block", type=int, default=100)
+    parser.add_argument("--text-bytes", type=int, default=5, help="size of the echoed text (5: 'hello')")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    report = anyio.run(main_async, args.calls, args.warmup, args.block)
+    report = anyio.run(main_async, args.calls, args.warmup, args.block, args.text_bytes)
     if args.json:
         print(json.dumps(report, indent=2))
         return
-    print(f"{report['calls']} calls per variant in blocks of {report['block']}, {report['seconds']} s")
-    print(f"records written {report['records_written']}, dropped {report['records_dropped']}")
+    print(
+        f"{report['calls']} calls per variant of {report['text_bytes']} bytes of text, "
+        f"in blocks of {report['block']}, {report['seconds']} s"
+    )
+    print(
+        f"records written {report['records_written']}, dropped {report['records_dropped']}, "
+        f"store {report['store_bytes'] / 1e6:.1f} MB"
+    )
     print(f"{'variant':<18}{'median ms':>10}{'added ms':>10}{'ratio':>8}")
     for key, row in report["results"].items():
         added = f"{row['added_ms']:.4f}" if "added_ms" in row else "-"

@@ -191,6 +191,21 @@ class RecordsSettings(BaseModel):
     buffer_size: int = Field(
         default=10_000, ge=1, description="Most records held in memory before they are written; past it, dropped."
     )
+    buffer_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        ge=64 * 1024,
+        description="Most bytes of records held in memory before they are written; past it, dropped.",
+    )
+    max_argument_bytes: int = Field(
+        default=16 * 1024,
+        ge=256,
+        description="Most bytes stored of a call's arguments (as JSON); larger ones are cut, their size noted.",
+    )
+    max_result_bytes: int = Field(
+        default=16 * 1024,
+        ge=256,
+        description="Most bytes stored of a result's text (the response summary) or an error's; more is cut.",
+    )
     batch_size: int = Field(default=500, ge=1, description="A flush starts once this many records wait.")
     flush_interval: float = Field(default=1.0, gt=0, le=3600, description="Seconds between flushes at most.")
     retention_days: float = Field(default=30.0, gt=0, description="Records older than this are deleted.")

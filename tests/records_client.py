@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -126,3 +127,27 @@ async def check_usage_signals(gw: GatewayServer, client: Client) -> None:
     assert [s.at for s in signals] == sorted(s.at for s in signals)
     later = await records.store.usage_signals(since=signals[2].at)
     assert [s.kind for s in later] == ["feedback", "feedback"]
+
+
+async def check_cut_records(gw: GatewayServer, client: Client) -> None:
+    """Shared by both backends: a 100 kB argument echoed back, and a 2 MiB one refused by the limits."""
+    text = "ab" * 50_000
+    echoed = await client.call_tool("mem__echo", {"text": text})
+    refused = await client.call_tool("mem__echo", {"text": "x" * (2 * 1024 * 1024)})  # over max_argument_bytes
+    rows = {row["id"]: row for row in await table(gw, "executions")}
+    limit = records_of(gw).settings.max_argument_bytes
+    row = rows[token_of(echoed)]
+    assert len(row["arguments"].encode()) <= limit
+    stored = json.loads(row["arguments"])
+    assert stored["_truncated"] is True and stored["original_bytes"] == len(f'{{"text":"{text}"}}')
+    assert stored["preview"].startswith('{"text":"abab') and len(stored["preview"]) > limit - 100
+    summary = row["response_summary"]
+    assert summary.startswith("abab") and summary.endswith("…") and len(summary.encode()) <= limit
+    assert row["response_size"] > 2 * len(text)  # the text twice: a content block and the structured result
+    refused_row = rows[token_of(refused)]
+    assert refused.is_error and refused_row["error_code"] == "invalid_arguments" and refused_row["attempts"] == 0
+    assert json.loads(refused_row["arguments"]) == {
+        "_truncated": True,
+        "original_bytes": 2 * 1024 * 1024 + len('{"text":""}'),
+        "names": ["text"],
+    }

@@ -18,6 +18,7 @@ from mcp import Client
 from gateway.calls import ToolCall, compose
 from gateway.calls.retry import Retries
 from gateway.errors import ERROR_META_KEY, UpstreamUnavailable
+from gateway.records.cut import cut_bytes, truncated_arguments
 from gateway.records.feedback import FeedbackError, parse_feedback
 from gateway.records.model import FEEDBACK_TOKEN_META_KEY, PendingExecution
 from gateway.records.recorder import CallRecorder
@@ -33,6 +34,7 @@ from gateway.settings import RecordsSettings, Settings
 from gateway.upstream import UpstreamSpec
 from tests.records_client import (
     SECRET,
+    check_cut_records,
     check_usage_signals,
     recorded_gateway,
     records_of,
@@ -102,7 +104,13 @@ async def test_calls_refused_before_reaching_a_server_are_recorded_too(tmp_path:
             0,
         )
         assert failures[token_of(result)]["code"] == "tool_not_found"
-    assert json.loads(rows[token_of(unknown)]["arguments"]) == {"password": "***"}
+    sent = len(json.dumps({"password": SECRET}, separators=(",", ":")))
+    assert json.loads(rows[token_of(unknown)]["arguments"]) == {
+        "_truncated": True,
+        "original_bytes": sent,
+        "names": ["password"],
+    }
+    assert json.loads(rows[token_of(no_server)]["arguments"]) == {"_truncated": True, "original_bytes": 2, "names": []}
 
 
 async def test_arguments_are_redacted_by_key_at_any_depth_and_configured_secrets_are_masked(tmp_path: Path) -> None:
@@ -167,9 +175,9 @@ async def test_retried_attempts_are_each_recorded_as_a_failure() -> None:
     [pending] = submitted
     assert pending.attempts == 3 and pending.result is not None and pending.error is None
     assert [(attempt, str(error)) for attempt, error in pending.attempt_errors] == [(1, "refused 1"), (2, "refused 2")]
-    from gateway.records.rows import execution_rows
+    from gateway.records.rows import StoredLimits, execution_rows
 
-    values, failures = execution_rows(pending, Redactor([]), lambda text: text)
+    values, failures = execution_rows(pending, Redactor([]), lambda text: text, StoredLimits(1024, 1024))
     assert values[10:13] == ("success", None, 3)
     assert [(f.attempt, f.code) for f in failures] == [(1, "upstream_unavailable"), (2, "upstream_unavailable")]
 
@@ -299,6 +307,92 @@ def test_the_search_trail_is_bounded_in_keys_searches_and_time() -> None:
     assert trail.find(["c:x"], "t1") is None  # window
 
 
+# ---- bounded in bytes ----------------------------------------------------------------------------
+
+
+async def test_a_large_argument_and_a_large_result_are_stored_cut_with_their_size_noted(tmp_path: Path) -> None:
+    async with recorded_gateway(tmp_path) as gw, Client(gw.server) as client:
+        await check_cut_records(gw, client)
+
+
+async def test_a_cut_never_leaves_a_piece_of_a_configured_secret(tmp_path: Path) -> None:
+    """The secret is moved across every cut point: of the arguments' JSON, of the long string inside it, and
+    of the result's text; not even its first character may be stored."""
+    settings = records_settings(max_argument_bytes=256, max_result_bytes=256)
+    pads = range(150, 262)
+    async with recorded_gateway(tmp_path, records=settings) as gw, Client(gw.server) as client:
+        for pad in pads:
+            result = await client.call_tool(
+                "vault__login", {"user": "a" * pad + SECRET, "password": "p", "options": {}}
+            )
+            assert not result.is_error
+        rows = await table(gw, "executions")
+    assert len(rows) == len(pads)
+    assert SECRET[0] == "h"
+    for row in rows:
+        arguments, summary = row["arguments"], row["response_summary"]
+        assert len(arguments.encode()) <= 256 and len(summary.encode()) <= 256
+        assert "h" not in arguments and "h" not in summary, (arguments, summary)
+    assert any(json.loads(row["arguments"]).get("_truncated") for row in rows)
+    assert any(row["response_summary"].endswith("a…") for row in rows)  # the secret was past the cut
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 4, 5, 17, 100, 101, 102, 103])
+def test_cut_bytes_keeps_whole_characters_within_the_limit(limit: int) -> None:
+    text = "aé€😀" * 40
+    kept = cut_bytes(text, limit)
+    assert text.startswith(kept) and len(kept.encode()) <= limit
+    assert len(text[: len(kept) + 1].encode()) > limit  # the longest such prefix
+
+
+def test_stored_arguments_stay_within_the_limit_even_when_escaping_doubles_them() -> None:
+    for arguments in [{"q": '"' * 10_000}, {"q": "\x01" * 5_000}, {"rows": [{"a": i} for i in range(100_000)]}]:
+        stored = truncated_arguments(arguments, 1024, lambda key: False, lambda text: text)
+        assert len(stored.encode()) <= 1024
+        marker = json.loads(stored)
+        assert marker["_truncated"] is True and marker["original_bytes"] == len(json.dumps(arguments).replace(" ", ""))
+        assert marker["preview"].startswith('{"')
+    assert truncated_arguments({"a": 1}, 1024, lambda key: False, lambda text: text) == '{"a":1}'
+
+
+def test_the_writer_bound_in_bytes_drops_and_counts_and_holds_large_calls_as_cut_rows(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "r.sqlite3")
+    records = Records(records_settings(buffer_bytes=128 * 1024, batch_size=1000), store)
+    writer = records.writer
+    huge = "x" * 4_000_000
+    result = types.CallToolResult(content=[types.TextContent(type="text", text=huge)])
+    for i in range(10):
+        records.submit_execution(
+            PendingExecution(
+                id=f"{i:032x}",
+                at=1.0,
+                server="s",
+                tool="s__t",
+                session_id=None,
+                client_id=None,
+                arguments={"text": huge},
+                latency_ms=1.0,
+                attempts=1,
+                search_id=None,
+                result=result,
+            )
+        )
+    kept = writer.pending
+    assert 2 <= kept < 10 and writer.dropped == 10 - kept  # each held as its cut rows, about 33 kB
+    assert writer.pending_bytes <= 128 * 1024
+    writer.flush()
+    assert writer.pending == 0 and writer.pending_bytes == 0
+    records.record_search("after the flush", ["s__t"], 1.0, session_id=None, client_id=None)
+    assert writer.pending == 1 and writer.dropped == 10 - kept
+    writer.close()
+    names, rows = SqliteStore(tmp_path / "r.sqlite3").rows("executions")
+    assert len(rows) == kept
+    for row in rows:
+        stored = dict(zip(names, row, strict=True))
+        assert json.loads(stored["arguments"])["original_bytes"] == len(huge) + len('{"text":""}')
+        assert stored["response_size"] > len(huge) and len(stored["response_summary"].encode()) <= 16 * 1024
+
+
 # ---- usage signals -------------------------------------------------------------------------------
 
 
@@ -366,6 +460,22 @@ def test_the_writer_flushes_on_its_own_when_a_batch_is_full(tmp_path: Path) -> N
     finally:
         records.writer.close()
     assert len(store.rows("searches")[1]) == 5
+
+
+def test_the_writer_flushes_on_its_own_when_half_its_bytes_wait(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "r.sqlite3")
+    records = Records(records_settings(buffer_bytes=128 * 1024, batch_size=1000), store)
+    records.writer.start()
+    try:
+        for i in range(4):  # each query is cut to 16 KiB: four are more than 64 KiB
+            records.record_search(f"{i}" * 100_000, [], 1.0, session_id=None, client_id=None)
+        assert records.writer.dropped == 0
+        with anyio.from_thread.start_blocking_portal() as portal:
+            portal.call(_wait_written, records.writer, 4)
+    finally:
+        records.writer.close()
+    names, rows = store.rows("searches")
+    assert sorted(len(row[names.index("query")]) for row in rows) == [16 * 1024] * 4
 
 
 async def _wait_written(writer: RecordWriter, count: int) -> None:

@@ -16,7 +16,15 @@ from mcp import Client
 from gateway.cli import run
 from gateway.records.postgres import PostgresStore
 from gateway.urls import redact_url
-from tests.records_client import check_usage_signals, recorded_gateway, records_of, table, text_of, token_of
+from tests.records_client import (
+    check_cut_records,
+    check_usage_signals,
+    recorded_gateway,
+    records_of,
+    table,
+    text_of,
+    token_of,
+)
 
 if TYPE_CHECKING:
     from tests.postgres import PostgresServer
@@ -47,6 +55,11 @@ async def test_calls_and_feedback_are_recorded_in_postgresql(tmp_path: Path, dat
     assert not rated.is_error and again.is_error and "already rated" in text_of(again)
     assert (feedback["token"], feedback["score"]) == (token_of(ok), 5)
     assert not (tmp_path / "data" / "records.sqlite3").exists()
+
+
+async def test_large_arguments_and_results_are_stored_cut_in_postgresql(tmp_path: Path, database_url: str) -> None:
+    async with recorded_gateway(tmp_path, database_url=database_url) as gw, Client(gw.server) as client:
+        await check_cut_records(gw, client)
 
 
 async def test_usage_signals_on_postgresql(tmp_path: Path, database_url: str) -> None:

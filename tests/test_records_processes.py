@@ -23,6 +23,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from gateway.auth import hash_key, new_key
 from gateway.cli import run
+from gateway.errors import ERROR_META_KEY
 from gateway.records.model import FEEDBACK_TOKEN_META_KEY
 from gateway.records.service import SQLITE_FILE
 from tests.conftest import DEMO_SERVER, gateway_over_stdio, start_gateway_http, stop_process, write_config
@@ -187,3 +188,28 @@ async def test_a_clean_shutdown_flushes_every_record_and_stats_reads_them(
     assert "No calls recorded" in capsys.readouterr().out
     assert run(["stats", "--since", "yesterday"]) == 2
     assert "--since takes a duration" in capsys.readouterr().err
+
+
+async def test_thirty_refused_4_mb_calls_grow_the_records_by_less_than_1_mb(tmp_path: Path) -> None:
+    """Over stdio (no HTTP body limit): each call reaches the gateway and is refused by its argument limit."""
+    config = write_config(tmp_path / "gw.yaml", "mcps: {}\n")
+    data = tmp_path / "data"
+
+    def stored_bytes() -> int:
+        return sum(path.stat().st_size for path in data.glob(SQLITE_FILE + "*"))  # the file, its WAL and index
+
+    with anyio.fail_after(60):
+        async with gateway_over_stdio(config, tmp_path) as client:
+            await client.call_tool("mem__add", {"a": 1, "b": 1})  # the store exists, migrated
+    before = stored_bytes()
+    text = "x" * 4_000_000
+    with anyio.fail_after(300):
+        async with gateway_over_stdio(config, tmp_path) as client:
+            refused = [await client.call_tool("mem__echo", {"text": text}) for _ in range(30)]
+    grown = stored_bytes() - before
+    assert [(r.meta or {})[ERROR_META_KEY]["code"] for r in refused] == ["invalid_arguments"] * 30
+    assert grown < 1_000_000, f"30 refused calls grew the records by {grown} bytes"
+    rows = [row for row in records_rows(data, "executions") if row["tool"] == "mem__echo"]
+    assert len(rows) == 30 and {row["id"] for row in rows} == {token_of(r) for r in refused}
+    summary = {"_truncated": True, "original_bytes": len(text) + len('{"text":""}'), "names": ["text"]}
+    assert all(json.loads(row["arguments"]) == summary for row in rows)

@@ -8,6 +8,7 @@ writer      the bounded buffer and the thread that flushes it in batches
 recorder    the outermost call-chain layer: one record per proxied call
 trail       which search a call followed
 rows        a captured call as stored rows (status, code, summary, size)
+cut         what is stored of large arguments and texts, cut to a byte budget, cheaply
 redaction   secret keys and configured secrets out of what is stored
 callers     session and client ids of a request
 feedback    `submit_feedback` and `POST /feedback`

@@ -51,6 +51,8 @@ class PendingExecution:
     error: BaseException | None = None
     attempt_errors: list[tuple[int, BaseException]] = field(default_factory=list)
     """Errors of attempts that failed before the final outcome (retried ones), with their attempt number."""
+    stored_arguments: str | None = None
+    """What to store instead of `arguments`, made on the call path: a refused call's summary."""
 
 
 @dataclass(frozen=True, slots=True)

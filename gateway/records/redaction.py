@@ -10,11 +10,11 @@ or a response under an innocent name.
 from __future__ import annotations
 
 import fnmatch
-import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from gateway.config import MASK
+from gateway.records.cut import truncated_arguments
 
 __all__ = ["MASK", "Masker", "Redactor", "no_mask"]
 
@@ -50,9 +50,9 @@ class Redactor:
             return [self.redact(item) for item in value]
         return value
 
-    def arguments_json(self, arguments: dict[str, Any] | None, mask: Callable[[str], str]) -> str | None:
-        """The arguments as stored: redacted, as compact JSON, with configured secrets masked."""
+    def arguments_json(self, arguments: dict[str, Any] | None, mask: Callable[[str], str], limit: int) -> str | None:
+        """The arguments as stored: redacted, as compact JSON, with configured secrets masked, within
+        `limit` bytes (larger ones are cut, their size noted: `gateway.records.cut.truncated_arguments`)."""
         if arguments is None:
             return None
-        text = json.dumps(self.redact(arguments), ensure_ascii=False, separators=(",", ":"), default=str)
-        return mask(text)
+        return truncated_arguments(arguments, limit, self.is_secret, mask)

@@ -1,29 +1,40 @@
 """A pending execution as stored rows: status, error code, response summary and size, failures.
 
-Runs on the writer's thread, so the call path pays for none of it.
+Runs on the writer's thread, so the call path pays for none of it; only a record too heavy to
+hold in the writer's buffer as it is (`Records`) is turned into rows on the call path.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
 
 from gateway.errors import ERROR_META_KEY, GatewayError, UpstreamTimeout
+from gateway.records.cut import cut_text, shrink
 from gateway.records.model import FailureRow, PendingExecution, Status
 from gateway.records.redaction import Redactor
 
-__all__ = ["SUMMARY_CHARS", "TOOL_ERROR", "execution_rows", "outcome", "summarize"]
+__all__ = ["TOOL_ERROR", "StoredLimits", "execution_rows", "outcome", "summarize"]
 
-SUMMARY_CHARS = 500
-"""The response summary keeps this many characters of the result's text."""
 TOOL_ERROR = "tool_error"
 """The error code of an error result the upstream returned itself (the gateway made none)."""
 CANCELLED = "cancelled"
 """The error code of a call the client cancelled (or a gateway shutting down ended)."""
 
 ExecutionValues = tuple[Any, ...]
+Mask = Callable[[str], str]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredLimits:
+    """Most bytes stored of a call's arguments, and of its result's or error's text (`RecordsSettings`)."""
+
+    argument_bytes: int
+    result_bytes: int
 
 
 def outcome(pending: PendingExecution) -> tuple[Status, str | None]:
@@ -43,8 +54,9 @@ def outcome(pending: PendingExecution) -> tuple[Status, str | None]:
     return "success", None
 
 
-def summarize(result: types.CallToolResult) -> str:
-    """The result's text (other blocks as one-word placeholders), cut to `SUMMARY_CHARS`."""
+def summarize(result: types.CallToolResult, limit: int, mask: Mask) -> str:
+    """The result's text (other blocks as one-word placeholders, or its structured content as JSON when it
+    has no blocks), masked, within `limit` bytes: read only as far as that (`gateway.records.cut`)."""
     parts: list[str] = []
     length = 0
     for block in result.content:
@@ -55,43 +67,46 @@ def summarize(result: types.CallToolResult) -> str:
             part = f"[{block.type} {uri}]"
         else:
             part = f"[{block.type}]"
-        parts.append(part)
-        length += len(part)
-        if length >= SUMMARY_CHARS:
+        if length + len(part) > limit:
+            parts.append(mask(part)[: limit - length + 1])  # masked before the slice: it cannot split a secret
             break
+        parts.append(part)
+        length += len(part) + 1
     if not parts and result.structured_content is not None:
-        parts.append(str(result.structured_content))
-    text = "\n".join(parts)
-    return text if len(text) <= SUMMARY_CHARS else text[: SUMMARY_CHARS - 1] + "…"
+        shrunk, _ = shrink(result.structured_content, limit + 1, lambda key: False, mask)
+        parts.append(json.dumps(shrunk, ensure_ascii=False, separators=(",", ":"), default=str))
+    return cut_text("\n".join(parts), limit, mask)
 
 
-def _failure(
-    pending: PendingExecution, seq: int, attempt: int, error: BaseException, mask: Callable[[str], str]
-) -> FailureRow:
+def _failure(pending: PendingExecution, seq: int, attempt: int, error: BaseException, cut: Mask) -> FailureRow:
     code = error.code if isinstance(error, GatewayError) else CANCELLED
     details = error.message if isinstance(error, GatewayError) else (str(error) or type(error).__name__)
-    return FailureRow(pending.id, seq, attempt, type(error).__name__, code, mask(details))
+    return FailureRow(pending.id, seq, attempt, type(error).__name__, code, cut(details))
 
 
 def execution_rows(
-    pending: PendingExecution, redactor: Redactor, mask: Callable[[str], str]
+    pending: PendingExecution, redactor: Redactor, mask: Mask, limits: StoredLimits
 ) -> tuple[ExecutionValues, list[FailureRow]]:
-    """The `executions` row (in `store.EXECUTION_COLUMNS` order) and its `failures` rows."""
+    """The `executions` row (in `store.EXECUTION_COLUMNS` order) and its `failures` rows, every text
+    masked and within its limit."""
     status, code = outcome(pending)
     summary, size = None, None
+
+    def cut(text: str) -> str:
+        return cut_text(text, limits.result_bytes, mask)
+
     if pending.result is not None:
-        summary = mask(summarize(pending.result))
+        summary = summarize(pending.result, limits.result_bytes, mask)
         size = len(pending.result.model_dump_json(by_alias=True, exclude_none=True).encode("utf-8"))
     elif pending.error is not None:
-        summary = mask(
-            pending.error.message if isinstance(pending.error, GatewayError) else type(pending.error).__name__
-        )
+        error = pending.error
+        summary = cut(error.message if isinstance(error, GatewayError) else type(error).__name__)
     failures = [
-        _failure(pending, seq, attempt, error, mask) for seq, (attempt, error) in enumerate(pending.attempt_errors)
+        _failure(pending, seq, attempt, error, cut) for seq, (attempt, error) in enumerate(pending.attempt_errors)
     ]
     final = pending.error
     if final is not None and not any(error is final for _, error in pending.attempt_errors):
-        failures.append(_failure(pending, len(failures), pending.attempts, final, mask))
+        failures.append(_failure(pending, len(failures), pending.attempts, final, cut))
     elif final is None and status == "error" and pending.result is not None:
         failures.append(
             FailureRow(pending.id, len(failures), pending.attempts, "ErrorResult", code or TOOL_ERROR, summary or "")
@@ -103,7 +118,9 @@ def execution_rows(
         pending.tool,
         pending.session_id,
         pending.client_id,
-        redactor.arguments_json(pending.arguments, mask),
+        mask(pending.stored_arguments)
+        if pending.stored_arguments is not None
+        else redactor.arguments_json(pending.arguments, mask, limits.argument_bytes),
         summary,
         size,
         round(pending.latency_ms, 3),

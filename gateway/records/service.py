@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -10,12 +11,15 @@ from functools import partial
 from typing import Any
 
 import anyio
+import mcp_types as types
 
-from gateway.records.model import PendingExecution, SearchRow
+from gateway.errors import GatewayError
+from gateway.records.cut import cut_bytes, refused_summary, size_estimate
+from gateway.records.model import FailureRow, PendingExecution, SearchRow
 from gateway.records.postgres import PostgresStore
 from gateway.records.recorder import CallRecorder, trail_keys
 from gateway.records.redaction import Masker, Redactor, no_mask
-from gateway.records.rows import execution_rows
+from gateway.records.rows import ExecutionValues, StoredLimits, execution_rows
 from gateway.records.sqlite import SqliteStore
 from gateway.records.store import Batch, RecordStore
 from gateway.records.trail import SearchTrail
@@ -24,8 +28,18 @@ from gateway.settings import RecordsSettings, Settings
 
 __all__ = ["SQLITE_FILE", "Records", "open_store"]
 
+logger = logging.getLogger(__name__)
+
 SQLITE_FILE = "records.sqlite3"
 """The SQLite store's file name in the data directory."""
+RECORD_BYTES = 512
+"""What a record weighs in the writer's buffer besides its texts: ids, numbers, the object itself."""
+HEAVY_SHARE = 8
+"""A call's record that weighs more than `buffer_bytes / HEAVY_SHARE` (1 MiB by default: its arguments or
+result are large) is turned into its cut rows at once, on the call path, so the buffer holds kilobytes for
+it, not megabytes; lighter ones are turned into rows on the writer's thread, off the call path."""
+
+ExecutionRows = tuple[ExecutionValues, list[FailureRow]]
 
 
 def open_store(settings: Settings) -> RecordStore:
@@ -53,16 +67,19 @@ class Records:
         self.mask = mask
         """Masks a server's configured secrets in stored text (`Upstream.redact`)."""
         self.redactor = Redactor(settings.redact_keys)
+        self.limits = StoredLimits(settings.max_argument_bytes, settings.max_result_bytes)
+        self._heavy = settings.buffer_bytes // HEAVY_SHARE
         self.writer = RecordWriter(
             store,
             self._batch,
             buffer_size=settings.buffer_size,
+            buffer_bytes=settings.buffer_bytes,
             batch_size=settings.batch_size,
             flush_interval=settings.flush_interval,
             retention_days=settings.retention_days,
         )
         self.trail = SearchTrail()
-        self.recorder = CallRecorder(self.writer.submit, self.trail)
+        self.recorder = CallRecorder(self.submit_execution, self.trail)
         """The call-chain middleware (`Registry.record_calls`)."""
 
     @asynccontextmanager
@@ -93,9 +110,10 @@ class Records:
         keys = trail_keys(session_id, client_id)
         if keys:
             self.trail.add(keys, search_id, tools)
-        stored_query = query if self.settings.store_queries else None
+        stored_query = cut_bytes(query, self.settings.max_argument_bytes) if self.settings.store_queries else None
         row = SearchRow(search_id, time.time(), session_id, client_id, stored_query, tuple(tools), latency_ms)
-        self.writer.submit(row)
+        weight = RECORD_BYTES + len(stored_query or "") + sum(len(tool) for tool in tools)
+        self.writer.submit(row, weight)
         return search_id
 
     def record_refused(
@@ -109,7 +127,8 @@ class Records:
         client_id: str | None,
     ) -> str:
         """Queue the record of a call refused before it reached a server (unknown or hidden tool,
-        limits); returns its id. It never reached the server, so it teaches the router nothing."""
+        limits); returns its id. It never reached the server, so it teaches the router nothing, and
+        only a summary of its arguments is kept: their names and size, none of their values."""
         record = PendingExecution(
             id=uuid.uuid4().hex,
             at=time.time(),
@@ -117,23 +136,68 @@ class Records:
             tool=tool,
             session_id=session_id,
             client_id=client_id,
-            arguments=arguments,
+            arguments=None,
             latency_ms=0.0,
             attempts=0,
             search_id=None,
             error=error,
+            stored_arguments=refused_summary(arguments, partial(self.mask, server or "")),
         )
-        self.writer.submit(record)
+        self.submit_execution(record)
         return record.id
+
+    def submit_execution(self, record: PendingExecution) -> None:
+        """Hand a call's record to the writer, weighed; one too heavy to hold as it is goes as its rows
+        (cut), made now. Never raises: the recorder calls it as the call returns."""
+        weight = _weight(record, self._heavy)
+        if weight <= self._heavy:
+            self.writer.submit(record, weight)
+            return
+        try:
+            rows = self._rows(record)
+        except Exception:  # boundary: a bug in turning a record into rows must not fail the call
+            logger.exception("records: could not make the rows of a call")
+            self.writer.lost(1, "a record could not be made")
+            return
+        values, failures = rows
+        texts = [v for v in values if isinstance(v, str)] + [f.details for f in failures]
+        self.writer.submit(rows, RECORD_BYTES * (1 + len(failures)) + sum(len(text) for text in texts))
+
+    def _rows(self, record: PendingExecution) -> ExecutionRows:
+        return execution_rows(record, self.redactor, partial(self.mask, record.server), self.limits)
 
     def _batch(self, records: Sequence[Any]) -> Batch:
         """Turn buffered records into rows (the writer's thread)."""
         batch = Batch()
         for record in records:
-            if isinstance(record, PendingExecution):
-                values, failures = execution_rows(record, self.redactor, partial(self.mask, record.server))
-                batch.executions.append(values)
-                batch.failures.extend(failures)
-            else:
+            if isinstance(record, SearchRow):
                 batch.searches.append(record)
+                continue
+            values, failures = self._rows(record) if isinstance(record, PendingExecution) else record
+            batch.executions.append(values)
+            batch.failures.extend(failures)
         return batch
+
+
+def _weight(record: PendingExecution, cap: int) -> int:
+    """Roughly the bytes a call's record holds (its arguments, result or error), counted no further than
+    just past `cap`: cheap enough for the call path, whatever the size of the call."""
+    total = RECORD_BYTES
+    if record.stored_arguments is not None:
+        total += len(record.stored_arguments)
+    total += size_estimate(record.arguments, cap)
+    if record.result is not None:
+        for block in record.result.content:
+            if total > cap:
+                return total
+            total += RECORD_BYTES + _payload_bytes(block)
+        total += size_estimate(record.result.structured_content, cap)
+    errors = [error for _, error in record.attempt_errors] + ([record.error] if record.error is not None else [])
+    return total + sum(len(error.message) if isinstance(error, GatewayError) else RECORD_BYTES for error in errors)
+
+
+def _payload_bytes(block: types.ContentBlock) -> int:
+    """The size of a content block's text or data (base64), or its embedded resource's."""
+    inner: Any = block.resource if isinstance(block, types.EmbeddedResource) else block
+    payload = getattr(inner, "text", None) or getattr(inner, "data", None) or getattr(inner, "blob", None)
+    return len(payload) if isinstance(payload, str | bytes) else 0

@@ -1,12 +1,14 @@
 """The records writer: a bounded buffer that a background thread flushes in batches.
 
 A call only appends to the buffer (under a lock, no I/O). The thread writes a batch
-every `flush_interval` seconds, or as soon as `batch_size` records wait, in one
-transaction. When the buffer is full, or the store fails, records are dropped: the
-count is `RecordWriter.dropped`, and a warning says so at most once a minute. The
-buffer counts the batch being written too, so a process killed at any moment loses
-at most `buffer_size` records, at most `flush_interval` seconds old (plus a flush's
-own duration). Records older than `retention_days` are deleted hourly.
+every `flush_interval` seconds, or as soon as `batch_size` records or half of
+`buffer_bytes` wait, in one transaction. The buffer is bounded twice: in records (`buffer_size`) and in bytes
+(`buffer_bytes`, each record weighed by its submitter, roughly what it holds). When
+either is full, or the store fails, records are dropped: the count is
+`RecordWriter.dropped`, and a warning says so at most once a minute. The buffer counts
+the batch being written too, so a process killed at any moment loses at most
+`buffer_size` records, at most `flush_interval` seconds old (plus a flush's own duration).
+Records older than `retention_days` are deleted hourly.
 """
 
 from __future__ import annotations
@@ -40,19 +42,23 @@ class RecordWriter:
         to_batch: ToBatch,
         *,
         buffer_size: int,
+        buffer_bytes: int,
         batch_size: int,
         flush_interval: float,
         retention_days: float,
     ) -> None:
         self.store = store
         self.to_batch = to_batch
-        self.buffer_size, self.batch_size = buffer_size, batch_size
+        self.buffer_size, self.buffer_bytes, self.batch_size = buffer_size, buffer_bytes, batch_size
         self.flush_interval, self.retention_days = flush_interval, retention_days
         self.dropped = 0
         """Records lost so far: buffer full, or the store failed to take them."""
         self.written = 0
         self._buffer: list[Any] = []
+        self._sizes: list[int] = []
         self._in_flight = 0
+        self._bytes = 0
+        """Bytes of the records buffered or being written."""
         self._wake = threading.Condition()
         self._flushing = threading.Lock()
         self._stopping = False
@@ -69,19 +75,31 @@ class RecordWriter:
 
     # ---- the call path ----------------------------------------------------------------
 
-    def submit(self, record: Any) -> None:
-        """Queue one record; never blocks on I/O, never raises. A full buffer drops it (counted)."""
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes of the records not yet written, as their submitters weighed them."""
+        with self._wake:
+            return self._bytes
+
+    def submit(self, record: Any, size: int = 0) -> None:
+        """Queue one record that holds about `size` bytes; never blocks on I/O, never raises. A buffer full
+        in records or in bytes drops it (counted)."""
         with self._wake:
             if len(self._buffer) + self._in_flight >= self.buffer_size:
-                self.dropped += 1
-                full = True
+                full = "the buffer is full (records.buffer_size)"
+            elif self._bytes + size > self.buffer_bytes:
+                full = "the buffer is full (records.buffer_bytes)"
             else:
+                full = ""
                 self._buffer.append(record)
-                full = False
-                if len(self._buffer) == self.batch_size:
+                self._sizes.append(size)
+                self._bytes += size
+                if self._due():
                     self._wake.notify()
+            if full:
+                self.dropped += 1
         if full:
-            self._note_drops(1, "the buffer is full (records.buffer_size)")
+            self._note_drops(1, full)
 
     # ---- the thread -------------------------------------------------------------------
 
@@ -105,7 +123,7 @@ class RecordWriter:
         next_flush = time.monotonic() + self.flush_interval
         while True:
             with self._wake:
-                while not self._stopping and len(self._buffer) < self.batch_size:
+                while not self._stopping and not self._due():
                     left = next_flush - time.monotonic()
                     if left <= 0:
                         break
@@ -117,11 +135,16 @@ class RecordWriter:
             self.flush()
             self._apply_retention()
 
+    def _due(self) -> bool:
+        """A batch is due before its time: `batch_size` records, or half of `buffer_bytes`, wait (under `_wake`)."""
+        return len(self._buffer) >= self.batch_size or self._bytes >= self.buffer_bytes // 2
+
     def flush(self) -> None:
         """Write everything buffered now, in batches; from any thread (feedback flushes before a lookup)."""
         with self._flushing:
             with self._wake:
                 taken, self._buffer = self._buffer, []
+                sizes, self._sizes = self._sizes, []
                 self._in_flight = len(taken)
             try:
                 for start in range(0, len(taken), self.batch_size):
@@ -129,20 +152,24 @@ class RecordWriter:
                     try:
                         self.store.write(self.to_batch(chunk))
                     except RecordsError as error:
-                        self._lost(len(taken) - start, f"the store failed: {error}")
+                        self.lost(len(taken) - start, f"the store failed: {error}")
                         return
                     except Exception:  # boundary: a bug in turning records into rows must not stop recording
                         logger.exception("records: could not write a batch")
-                        self._lost(len(chunk), "a batch could not be written")
-                        continue
-                    self.written += len(chunk)
-                    with self._wake:
-                        self._in_flight -= len(chunk)
+                        self.lost(len(chunk), "a batch could not be written")
+                    else:
+                        self.written += len(chunk)
+                    finally:
+                        with self._wake:
+                            self._in_flight -= len(chunk)
+                            self._bytes -= sum(sizes[start : start + self.batch_size])
             finally:
                 with self._wake:
                     self._in_flight = 0
+                    self._bytes = sum(self._sizes)
 
-    def _lost(self, count: int, reason: str) -> None:
+    def lost(self, count: int, reason: str) -> None:
+        """Count records lost: the store failed, or they could not be made."""
         with self._wake:
             self.dropped += count
         self._note_drops(count, reason)
