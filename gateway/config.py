@@ -350,6 +350,9 @@ class _Parser:
         transport = self._transport(values, base, source)
         if "protocol" in values and values["protocol"] not in PROTOCOLS:
             raise self.error((*base, "protocol"), f"must be one of {', '.join(PROTOCOLS)}")
+        if transport == "stdio" and isinstance(values.get("cwd", ""), str):
+            # Relative to the config's folder, which is also the default: never the gateway's own cwd.
+            values["cwd"] = str(self.path.expanduser().absolute().parent / Path(values.get("cwd", "")).expanduser())
         if transport == "stdio" and not values.get("args"):
             self._check_command(values["command"], values.get("cwd"), masked.get("command"), (*base, "command"))
         if "prefix" not in raw and (not PREFIX_RE.match(sid) or len(sid) > PREFIX_MAX):
@@ -408,7 +411,7 @@ class _Parser:
         """A `command` with spaces and no `args` is a whole command line: ask for it split, unless it is a file."""
         if not isinstance(command, str) or not any(char.isspace() for char in command.strip()):
             return
-        if os.path.exists(command) or (isinstance(cwd, str) and os.path.exists(os.path.join(cwd, command))):
+        if isinstance(cwd, str) and os.path.exists(os.path.join(cwd, command)):
             return  # e.g. "/Applications/My App/server"
         shown = command if display is None else display  # parts that came from ${VAR} show as ***
         if not any(char.isspace() for char in shown.strip()):

@@ -34,7 +34,9 @@ def test_new_plugin_writes_a_plugin_that_serves_its_tool_and_a_test_that_passes(
     assert done.returncode == 0, done.stderr
     assert f"wrote {tmp_path / 'plugins' / 'hello' / '__init__.py'}" in done.stdout
 
-    settings = Settings(data_dir=tmp_path / "data", plugins=PluginSettings(directory=tmp_path / "plugins"))
+    settings = Settings(
+        data_dir=tmp_path / "data", plugins=PluginSettings(directory=tmp_path / "plugins", entry_points=False)
+    )
     result = anyio.run(call_plugin_tool, settings, "hello__greet", {"who": "Ada"})
     assert result.content[0].text == "Hello, Ada!"  # type: ignore[union-attr]
 
