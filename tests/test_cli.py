@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
+from mcp import Client, StdioServerParameters
 
 from tests.conftest import DEMO_SERVER, REPO, gateway_env, write_config
 
@@ -42,7 +45,7 @@ def test_check_on_the_example_config_reports_every_server_ok(tmp_path: Path) -> 
     assert (tmp_path / "data" / "demo-shop.sqlite").is_file()  # the example's demo database, made on first start
 
 
-def test_the_example_config_serves_its_openapi_spec_from_a_local_file(tmp_path: Path) -> None:
+def test_the_example_config_serves_the_openapi_example_spec_shipped_with_the_plugin(tmp_path: Path) -> None:
     tools = run_cli("--config", str(REPO / "external-mcps.yaml"), "tools", "--server", "openapi", tmp_path=tmp_path)
     assert [line.split()[0] for line in tools.stdout.splitlines()[1:]] == ["openapi__call_api", "openapi__search_api"]
     result = run_cli(
@@ -210,3 +213,50 @@ def test_a_bad_setting_names_the_variable_without_its_value(
     assert run(["tools"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"mcp-gateway: settings error: {message}") and value not in err
+
+
+def test_global_options_are_accepted_after_the_command(tmp_path: Path) -> None:
+    result = run_cli(
+        "tools",
+        "--server",
+        "clock",
+        "--config",
+        str(REPO / "external-mcps.yaml"),
+        "--log-level",
+        "ERROR",
+        tmp_path=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "clock__now" in result.stdout
+
+
+def test_a_global_option_given_before_and_after_the_command_takes_the_later_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gateway.cli import run
+
+    before, after = tmp_path / "before.yaml", tmp_path / "after.yaml"
+    assert run(["--config", str(before), "check", "--config", str(after)]) == 2
+    err = capsys.readouterr().err
+    assert str(after) in err and str(before) not in err
+
+
+def test_version_prints_the_installed_version(tmp_path: Path) -> None:
+    result = run_cli("--version", tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"mcp-gateway {importlib.metadata.version('mcp-gateway')}\n"
+
+
+@pytest.mark.anyio
+async def test_serve_with_its_config_after_the_command_serves_over_stdio(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "gw.yaml", "mcps: {}\n")
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "gateway", "serve", "--config", str(config), "--transport", "stdio"],
+        env=gateway_env(tmp_path),
+        cwd=str(tmp_path),
+    )
+    with anyio.fail_after(60):
+        async with Client(params) as client:  # type: ignore[arg-type]
+            result = await client.call_tool("mem__echo", {"text": "after the command"})
+    assert result.content[0].text == "after the command"  # type: ignore[union-attr]
