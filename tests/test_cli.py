@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -76,6 +77,24 @@ def test_check_exits_1_and_names_the_server_and_reason_when_one_fails(tmp_path: 
     assert status["ghost"]["status"] == "failed"
     assert "No such file" in status["ghost"]["reason"]
     assert report["ok"] is False
+
+
+def test_a_stdio_servers_relative_paths_are_found_from_the_config_files_folder(tmp_path: Path) -> None:
+    """The gateway runs in the repository here; the server's relative script path only makes sense from the file."""
+    (tmp_path / "conf").mkdir()
+    script = os.path.relpath(DEMO_SERVER, tmp_path / "conf")
+    config = write_config(
+        tmp_path / "conf" / "gw.yaml",
+        f"""
+        mcps:
+          rel:
+            command: {sys.executable}
+            args: ["{script}", stdio]
+        """,
+    )
+    result = run_cli("--config", str(config), "check", "--json", tmp_path=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert json.loads(result.stdout)["servers"][0]["status"] == "ok"
 
 
 def test_tools_lists_one_servers_namespaced_tools(tmp_path: Path) -> None:
