@@ -435,6 +435,9 @@ def _plugins(infos: list[PluginInfo], as_json: bool) -> int:
         print("No plugins found.")
     _print_table([[i.name, i.status, i.source] for i in infos], ["PLUGIN", "STATUS", "SOURCE"])
     for info in infos:
+        if info.note:
+            print(f"  {info.name} ({info.source}): {info.note}")
+    for info in infos:
         if info.error:
             print(f"\n{info.name} failed to load:\n{info.error}")
     return EXIT_OK

@@ -152,6 +152,23 @@ def test_plugins_reports_a_broken_plugin_with_its_traceback_and_goes_on(tmp_path
     assert "Traceback" in result.stdout and "broken on purpose" in result.stdout
 
 
+def test_plugins_reports_a_directory_plugin_that_replaces_a_built_in(tmp_path: Path) -> None:
+    (tmp_path / "plugins" / "clock").mkdir(parents=True)
+    (tmp_path / "plugins" / "clock" / "__init__.py").write_text('"""My own clock."""\n')
+    config = write_config(tmp_path / "gw.yaml", "mcps: {}\n")
+    env = {"GATEWAY_PLUGINS__ENTRY_POINTS": "true"}
+    result = run_cli("plugins", "--config", str(config), tmp_path=tmp_path, plugins=Path("plugins"), env=env)
+    assert result.returncode == 0, result.stderr
+    rows = [line.split(maxsplit=2) for line in result.stdout.splitlines()[1:5]]
+    assert rows[:2] == [
+        ["clock", "loaded", f"directory {tmp_path / 'plugins' / 'clock'}"],
+        ["clock", "overridden", "entry point mcp_gateway_plugins.clock"],
+    ]
+    assert [row[:2] for row in rows[2:]] == [["notes", "loaded"], ["openapi", "loaded"]]
+    note = f"clock (entry point mcp_gateway_plugins.clock): the plugin directory {tmp_path / 'plugins' / 'clock'}"
+    assert f"  {note} replaces it" in result.stdout.splitlines()
+
+
 def test_a_broken_plugin_does_not_stop_the_gateway(tmp_path: Path) -> None:
     config = write_config(tmp_path / "gw.yaml", "mcps: {}\n")
     result = run_cli("--config", str(config), "check", tmp_path=tmp_path, plugins=BROKEN_PLUGINS)
