@@ -296,6 +296,13 @@ def test_a_stdio_servers_cwd_is_relative_to_the_config_files_folder_which_is_als
     assert parse_config(text, Path("conf/gateway.yaml"), {}).servers["a"].cwd == str(tmp_path / "conf")
 
 
+def test_a_jwks_file_is_relative_to_the_config_files_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    text = "auth:\n  jwt: {jwks_file: keys/jwks.json, issuer: i, audience: a}\n"
+    jwt = parse_config(text, tmp_path / "conf" / "gateway.yaml", {}).auth.jwt
+    assert jwt is not None and jwt.jwks_file == tmp_path / "conf" / "keys" / "jwks.json"
+
+
 def test_a_command_with_spaces_that_is_a_file_under_cwd_is_accepted(tmp_path: Path) -> None:
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "my server").write_text("#!/bin/sh\n")
