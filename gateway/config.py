@@ -192,7 +192,7 @@ class _Parser:
 
     def __init__(self, path: Path, environ: Mapping[str, str]) -> None:
         self.path = path
-        self.folder = path.expanduser().absolute().parent
+        self.folder = Path(os.path.abspath(path.expanduser())).parent
         """What relative paths in the file are relative to: never the gateway's current directory."""
         self.environ = environ
         self.lines: dict[KeyPath, int] = {}

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -62,7 +63,7 @@ class PluginInfo:
 def plugin_directory(settings: Settings) -> Path:
     """Where plugin directories are searched: `plugins.directory`, else `plugins`, relative to the config file."""
     directory = (settings.plugins.directory or Path("plugins")).expanduser()
-    return settings.config.expanduser().absolute().parent / directory
+    return Path(os.path.abspath(settings.config.expanduser())).parent / directory
 
 
 def _allowed(name: str, settings: Settings) -> bool:
