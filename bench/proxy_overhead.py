@@ -96,6 +96,7 @@ def _gateway_env(data_dir: Path) -> dict[str, str]:
     return {
         "GATEWAY_DATA_DIR": str(data_dir),
         "GATEWAY_PLUGINS__DIRECTORY": str(FIXTURE_PLUGINS),
+        "GATEWAY_PLUGINS__ENTRY_POINTS": "false",  # the fixture plugin alone, not the installed built-ins
         "GATEWAY_LOG_LEVEL": "WARNING",
         "PYTHONPATH": str(REPO),
     }

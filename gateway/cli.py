@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -59,12 +60,30 @@ class _Usage(Exception):
     """A bad command line: message to stderr, exit 2."""
 
 
+def _version() -> str:
+    try:
+        return version("mcp-gateway")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def _global_options(parser: argparse.ArgumentParser, default: Any) -> None:
+    """--config and --log-level: given before the command or after it; the later one wins, as a repeated option."""
+    parser.add_argument(
+        "--config", type=Path, default=default, help="YAML server list (default: $GATEWAY_CONFIG or external-mcps.yaml)"
+    )
+    parser.add_argument(
+        "--log-level",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        default=default,
+        help="default: $GATEWAY_LOG_LEVEL or INFO",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mcp-gateway", description="One MCP endpoint in front of many MCP servers.")
-    parser.add_argument("--config", type=Path, help="YAML server list (default: $GATEWAY_CONFIG or external-mcps.yaml)")
-    parser.add_argument(
-        "--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default: $GATEWAY_LOG_LEVEL or INFO"
-    )
+    parser.add_argument("--version", action="version", version=f"mcp-gateway {_version()}")
+    _global_options(parser, default=None)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = commands.add_parser("serve", help="serve the merged catalog over stdio or streamable HTTP")
@@ -123,7 +142,9 @@ def _parser() -> argparse.ArgumentParser:
 
     scaffold = commands.add_parser("new-plugin", help="write a minimal plugin and its test, to start from")
     scaffold.add_argument("name", help="plugin name: lowercase letters, digits, '_' (also the tool prefix)")
-    scaffold.add_argument("--tests", type=Path, default=Path("tests"), help="where its test goes (default ./tests)")
+    scaffold.add_argument(
+        "--tests", type=Path, help="where its test goes (default: `tests` beside the plugin directory)"
+    )
 
     stats = commands.add_parser("stats", help="calls, error rates and latencies per server and tool, from the records")
     stats.add_argument("--since", help="a duration back from now (30m, 24h, 7d) or an ISO date/time (default: all)")
@@ -134,6 +155,8 @@ def _parser() -> argparse.ArgumentParser:
     call.add_argument("tool", help="the exposed tool name, e.g. clock__now")
     call.add_argument("--args", default="{}", help="arguments as a JSON object")
     call.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    for command in commands.choices.values():  # unset after the command: keep what was given before it
+        _global_options(command, default=argparse.SUPPRESS)
     return parser
 
 
@@ -412,6 +435,9 @@ def _plugins(infos: list[PluginInfo], as_json: bool) -> int:
         print("No plugins found.")
     _print_table([[i.name, i.status, i.source] for i in infos], ["PLUGIN", "STATUS", "SOURCE"])
     for info in infos:
+        if info.note:
+            print(f"  {info.name} ({info.source}): {info.note}")
+    for info in infos:
         if info.error:
             print(f"\n{info.name} failed to load:\n{info.error}")
     return EXIT_OK
@@ -537,16 +563,21 @@ def _stats(settings: Settings, since_text: str | None, as_json: bool, csv_dir: P
     return EXIT_OK
 
 
-def _new_plugin(settings: Settings, name: str, tests: Path) -> int:
+def _new_plugin(settings: Settings, name: str, tests: Path | None) -> int:
+    """Write the plugin into the directory the gateway searches (beside the config), its test next to it."""
     from gateway.scaffold import ScaffoldError, new_plugin
 
+    plugins = plugin_directory(settings)
     try:
-        written = new_plugin(name, plugin_directory(settings), tests)
+        written = new_plugin(name, plugins, tests or plugins.parent / "tests")
     except ScaffoldError as exc:
         raise _Usage(str(exc)) from None
     for path in written:
         print(f"wrote {path}")
-    print(f"next: `mcp-gateway tools --server {name}` lists its tool; `pytest {written[1]}` runs its test")
+    print(
+        f"next: `mcp-gateway --config {settings.config} tools --server {name}` lists its tool; "
+        f"`python -m pytest {written[1]}`, run in {plugins.parent}, runs its test"
+    )
     return EXIT_OK
 
 

@@ -192,6 +192,8 @@ class _Parser:
 
     def __init__(self, path: Path, environ: Mapping[str, str]) -> None:
         self.path = path
+        self.folder = Path(os.path.abspath(path.expanduser())).parent
+        """What relative paths in the file are relative to: never the gateway's current directory."""
         self.environ = environ
         self.lines: dict[KeyPath, int] = {}
         self.sections: dict[str, str] = {}  # server id -> the top-level key it is under (SERVER_SECTIONS)
@@ -246,6 +248,9 @@ class _Parser:
             for name, value in self._mapping(data.get("plugins"), ("plugins",), "plugin name to settings").items()
         }
         auth = self._section("auth", data, AuthConfig)
+        if auth.jwt is not None and auth.jwt.jwks_file is not None:
+            jwt = auth.jwt.model_copy(update={"jwks_file": self.folder / auth.jwt.jwks_file.expanduser()})
+            auth = auth.model_copy(update={"jwt": jwt})
         security = self._section("security", data, SecurityConfig)
         config = GatewayConfig(path=self.path, servers=servers, plugins=plugins, auth=auth, security=security)
         config._lines.update({key: line for key, line in self.lines.items() if key[:1] == ("plugins",)})
@@ -350,6 +355,9 @@ class _Parser:
         transport = self._transport(values, base, source)
         if "protocol" in values and values["protocol"] not in PROTOCOLS:
             raise self.error((*base, "protocol"), f"must be one of {', '.join(PROTOCOLS)}")
+        if transport == "stdio" and isinstance(values.get("cwd", ""), str):
+            # Relative to the config's folder, which is also the default: never the gateway's own cwd.
+            values["cwd"] = str(self.folder / Path(values.get("cwd", "")).expanduser())
         if transport == "stdio" and not values.get("args"):
             self._check_command(values["command"], values.get("cwd"), masked.get("command"), (*base, "command"))
         if "prefix" not in raw and (not PREFIX_RE.match(sid) or len(sid) > PREFIX_MAX):
@@ -408,7 +416,7 @@ class _Parser:
         """A `command` with spaces and no `args` is a whole command line: ask for it split, unless it is a file."""
         if not isinstance(command, str) or not any(char.isspace() for char in command.strip()):
             return
-        if os.path.exists(command) or (isinstance(cwd, str) and os.path.exists(os.path.join(cwd, command))):
+        if isinstance(cwd, str) and os.path.exists(os.path.join(cwd, command)):
             return  # e.g. "/Applications/My App/server"
         shown = command if display is None else display  # parts that came from ${VAR} show as ***
         if not any(char.isspace() for char in shown.strip()):

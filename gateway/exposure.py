@@ -9,7 +9,9 @@
   still end up with the right ones.
 
 The mode is `routing.mode` for the deployment; an HTTP client may ask for another
-with `?mode=` on the endpoint URL.
+with `?mode=` on the endpoint URL. An unknown value there is refused (HTTP 400, see
+`unknown_mode`) rather than quietly replaced by the deployment's mode: a typo would
+otherwise show the client a catalog it did not ask for.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ __all__ = [
     "GATEWAY_TOOL_NAMES",
     "SEARCH_TOOL",
     "ArgumentError",
+    "MODES",
     "Mode",
     "SessionTools",
     "mode_for",
@@ -35,9 +38,11 @@ __all__ = [
     "parse_call_arguments",
     "parse_search_arguments",
     "tool_payload",
+    "unknown_mode",
 ]
 
 Mode = Literal["all", "search", "dynamic"]
+MODES: tuple[Mode, ...] = get_args(Mode)
 MAX_LIMIT = 50
 
 SEARCH_TOOL = types.Tool(
@@ -88,9 +93,20 @@ def mode_for(request: Any, default: Mode) -> Mode:
     """The exposure mode for one request: `?mode=` on an HTTP request, else the deployment's."""
     query_params = getattr(request, "query_params", None)
     asked = query_params.get("mode") if query_params is not None else None
-    if asked in get_args(Mode):
+    if asked in MODES:
         return cast(Mode, asked)
     return default
+
+
+def unknown_mode(asked: Sequence[str]) -> str | None:
+    """Why the `?mode=` values `asked` are refused, naming the valid ones; None when every one is a mode."""
+    wrong = [value for value in asked if value not in MODES]
+    if not wrong:
+        return None
+    return (
+        f"Unknown mode {wrong[0]!r} in ?mode=; use one of {', '.join(MODES)}, "
+        "or leave it out for the gateway's default mode."
+    )
 
 
 def parse_search_arguments(arguments: dict[str, Any] | None, default_limit: int) -> tuple[str, int]:

@@ -17,13 +17,15 @@ import anyio
 import anyio.to_thread
 import uvicorn
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.auth import Authenticator
 from gateway.errors import GatewayError
-from gateway.exposure import openai_function
+from gateway.exposure import openai_function, unknown_mode
 from gateway.health import is_ready, server_health
 from gateway.http_guard import PUBLIC_PATHS, SecurityMiddleware, principal_in
 from gateway.metrics import CONTENT_TYPE
@@ -111,6 +113,20 @@ def _bad_request(message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=400)
 
 
+def _refusing_unknown_modes(app: ASGIApp, endpoint_path: str) -> ASGIApp:
+    """The MCP endpoint, with an unknown `?mode=` answered 400 before any MCP handling (`exposure.unknown_mode`)."""
+
+    async def checked(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].rstrip("/") == endpoint_path.rstrip("/"):
+            refusal = unknown_mode(QueryParams(scope.get("query_string", b"")).getlist("mode"))
+            if refusal is not None:
+                await _bad_request(refusal)(scope, receive, send)
+                return
+        await app(scope, receive, send)
+
+    return checked
+
+
 def transport_security(settings: Settings) -> TransportSecuritySettings:
     """DNS-rebinding protection: loopback plus the configured hosts and origins, always on."""
     hosts = list(_LOOPBACK_HOSTS) + settings.http.allowed_hosts
@@ -181,7 +197,7 @@ def build_http_app(gateway: GatewayServer, settings: Settings) -> SecurityMiddle
     )
     authenticator = Authenticator(gateway.auth) if gateway.auth.enabled else None
     return SecurityMiddleware(
-        app,
+        _refusing_unknown_modes(app, settings.http.path),  # after the Host check and authentication
         guard=guard,
         auth=gateway.auth,
         endpoint_path=settings.http.path,

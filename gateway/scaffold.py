@@ -2,6 +2,8 @@
 
 The files are the guide's example with the name filled in, so what a new plugin author
 starts from is what the guide explains (and what `tests/test_scaffold.py` proves works).
+The plugin goes where the gateway looks for plugin directories (next to the config
+file), and its test beside that directory, importing it as `<directory name>.<name>`.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ TEST_TEMPLATE = '''"""The {name} plugin's server, called through the SDK's real 
 import anyio
 from mcp import Client
 
-from plugins.{name} import create_server
+from {package}.{name} import create_server
 
 
 def test_greet_says_hello() -> None:
@@ -65,6 +67,11 @@ def new_plugin(name: str, plugins_dir: Path, tests_dir: Path) -> list[Path]:
             f"{name!r} cannot be a plugin name: use lowercase letters, digits and '_', starting with a letter "
             "(at most 32), so that it is also the tool prefix and a Python module name"
         )
+    if not plugins_dir.name.isidentifier():
+        raise ScaffoldError(
+            f"the plugin directory {plugins_dir} is not named like a Python package, so a test could not import "
+            f"`{plugins_dir.name}.{name}`; use a directory named like `plugins`"
+        )
     plugin, test = plugins_dir / name / "__init__.py", tests_dir / f"test_{name}_plugin.py"
     existing = [str(path) for path in (plugin, test) if path.exists()]
     if existing:
@@ -72,5 +79,5 @@ def new_plugin(name: str, plugins_dir: Path, tests_dir: Path) -> list[Path]:
     plugin.parent.mkdir(parents=True, exist_ok=True)
     test.parent.mkdir(parents=True, exist_ok=True)
     plugin.write_text(PLUGIN_TEMPLATE.format(name=name), encoding="utf-8")
-    test.write_text(TEST_TEMPLATE.format(name=name), encoding="utf-8")
+    test.write_text(TEST_TEMPLATE.format(name=name, package=plugins_dir.name), encoding="utf-8")
     return [plugin, test]

@@ -67,7 +67,15 @@ class PluginSettings(BaseModel):
     allow: list[str] = Field(default_factory=list, description="If non-empty, only these plugins load.")
     deny: list[str] = Field(default_factory=list, description="These plugins never load.")
     directory: Path | None = Field(
-        default=None, description="Where `plugins/<name>/` directories are searched; default: ./plugins."
+        default=None,
+        description=(
+            "Where `plugins/<name>/` directories are searched; relative to the config file's folder "
+            "(default: its `plugins` folder), never to the current directory."
+        ),
+    )
+    entry_points: bool = Field(
+        default=True,
+        description="False: load no installed plugins (entry points, the built-ins included), only directories.",
     )
 
 

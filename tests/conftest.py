@@ -33,9 +33,11 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="session", autouse=True)
 def _private_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """In-process commands keep their data (tool fingerprints, embedding cache) out of the user's home."""
+    """In-process commands keep their data (tool fingerprints, embedding cache) out of the user's home,
+    and serve only the plugins of the directory a test names, not the installed built-ins."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("GATEWAY_DATA_DIR", str(tmp_path_factory.mktemp("data")))
+        patch.setenv("GATEWAY_PLUGINS__ENTRY_POINTS", "false")
         yield
 
 
@@ -142,12 +144,13 @@ def write_config(path: Path, body: str) -> Path:
 
 
 def gateway_env(tmp_path: Path, *, plugins_dir: Path = FIXTURE_PLUGINS) -> dict[str, str]:
-    """Environment for a gateway child: its own data dir and the test plugin directory."""
+    """Environment for a gateway child: its own data dir and the test plugin directory (its only plugins)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
     env.update(
         {
             "GATEWAY_DATA_DIR": str(tmp_path / "data"),
             "GATEWAY_PLUGINS__DIRECTORY": str(plugins_dir),
+            "GATEWAY_PLUGINS__ENTRY_POINTS": "false",
             "GATEWAY_LOG_LEVEL": "WARNING",
             "PYTHONPATH": str(REPO),
         }

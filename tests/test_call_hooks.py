@@ -81,7 +81,7 @@ async def _call(tmp_path: Path, plugins: dict[str, str], tool: str, arguments: d
     for name, code in plugins.items():
         (directory / name).mkdir()
         (directory / name / "__init__.py").write_text(textwrap.dedent(code))
-    settings = Settings(data_dir=tmp_path / "data", plugins=PluginSettings(directory=directory))
+    settings = Settings(data_dir=tmp_path / "data", plugins=PluginSettings(directory=directory, entry_points=False))
     pm, infos = get_plugin_manager(settings)
     assert all(info.status == "loaded" for info in infos), infos
     registry = Registry(specs_from_plugins(pm, settings), settings, plugins=pm)
@@ -145,7 +145,7 @@ async def test_enrichment_from_a_plugin_is_indexed_and_a_failing_one_is_skipped(
     (directory / "enricher" / "__init__.py").write_text(textwrap.dedent(ENRICHER))
     settings = Settings(
         data_dir=tmp_path / "data",
-        plugins=PluginSettings(directory=directory),
+        plugins=PluginSettings(directory=directory, entry_points=False),
         embedding=EmbeddingSettings(enabled=False),  # keyword search alone: the added words must match
     )
     pm, _ = get_plugin_manager(settings)

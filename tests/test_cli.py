@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
+from mcp import Client, StdioServerParameters
 
 from tests.conftest import DEMO_SERVER, REPO, gateway_env, write_config
 
@@ -42,7 +46,7 @@ def test_check_on_the_example_config_reports_every_server_ok(tmp_path: Path) -> 
     assert (tmp_path / "data" / "demo-shop.sqlite").is_file()  # the example's demo database, made on first start
 
 
-def test_the_example_config_serves_its_openapi_spec_from_a_local_file(tmp_path: Path) -> None:
+def test_the_example_config_serves_the_openapi_example_spec_shipped_with_the_plugin(tmp_path: Path) -> None:
     tools = run_cli("--config", str(REPO / "external-mcps.yaml"), "tools", "--server", "openapi", tmp_path=tmp_path)
     assert [line.split()[0] for line in tools.stdout.splitlines()[1:]] == ["openapi__call_api", "openapi__search_api"]
     result = run_cli(
@@ -73,6 +77,24 @@ def test_check_exits_1_and_names_the_server_and_reason_when_one_fails(tmp_path: 
     assert status["ghost"]["status"] == "failed"
     assert "No such file" in status["ghost"]["reason"]
     assert report["ok"] is False
+
+
+def test_a_stdio_servers_relative_paths_are_found_from_the_config_files_folder(tmp_path: Path) -> None:
+    """The gateway runs in the repository here; the server's relative script path only makes sense from the file."""
+    (tmp_path / "conf").mkdir()
+    script = os.path.relpath(DEMO_SERVER, tmp_path / "conf")
+    config = write_config(
+        tmp_path / "conf" / "gw.yaml",
+        f"""
+        mcps:
+          rel:
+            command: {sys.executable}
+            args: ["{script}", stdio]
+        """,
+    )
+    result = run_cli("--config", str(config), "check", "--json", tmp_path=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert json.loads(result.stdout)["servers"][0]["status"] == "ok"
 
 
 def test_tools_lists_one_servers_namespaced_tools(tmp_path: Path) -> None:
@@ -128,6 +150,23 @@ def test_plugins_reports_a_broken_plugin_with_its_traceback_and_goes_on(tmp_path
     assert result.returncode == 0
     assert "broken" in result.stdout and "failed" in result.stdout
     assert "Traceback" in result.stdout and "broken on purpose" in result.stdout
+
+
+def test_plugins_reports_a_directory_plugin_that_replaces_a_built_in(tmp_path: Path) -> None:
+    (tmp_path / "plugins" / "clock").mkdir(parents=True)
+    (tmp_path / "plugins" / "clock" / "__init__.py").write_text('"""My own clock."""\n')
+    config = write_config(tmp_path / "gw.yaml", "mcps: {}\n")
+    env = {"GATEWAY_PLUGINS__ENTRY_POINTS": "true"}
+    result = run_cli("plugins", "--config", str(config), tmp_path=tmp_path, plugins=Path("plugins"), env=env)
+    assert result.returncode == 0, result.stderr
+    rows = [line.split(maxsplit=2) for line in result.stdout.splitlines()[1:5]]
+    assert rows[:2] == [
+        ["clock", "loaded", f"directory {tmp_path / 'plugins' / 'clock'}"],
+        ["clock", "overridden", "entry point mcp_gateway_plugins.clock"],
+    ]
+    assert [row[:2] for row in rows[2:]] == [["notes", "loaded"], ["openapi", "loaded"]]
+    note = f"clock (entry point mcp_gateway_plugins.clock): the plugin directory {tmp_path / 'plugins' / 'clock'}"
+    assert f"  {note} replaces it" in result.stdout.splitlines()
 
 
 def test_a_broken_plugin_does_not_stop_the_gateway(tmp_path: Path) -> None:
@@ -210,3 +249,50 @@ def test_a_bad_setting_names_the_variable_without_its_value(
     assert run(["tools"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"mcp-gateway: settings error: {message}") and value not in err
+
+
+def test_global_options_are_accepted_after_the_command(tmp_path: Path) -> None:
+    result = run_cli(
+        "tools",
+        "--server",
+        "clock",
+        "--config",
+        str(REPO / "external-mcps.yaml"),
+        "--log-level",
+        "ERROR",
+        tmp_path=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "clock__now" in result.stdout
+
+
+def test_a_global_option_given_before_and_after_the_command_takes_the_later_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gateway.cli import run
+
+    before, after = tmp_path / "before.yaml", tmp_path / "after.yaml"
+    assert run(["--config", str(before), "check", "--config", str(after)]) == 2
+    err = capsys.readouterr().err
+    assert str(after) in err and str(before) not in err
+
+
+def test_version_prints_the_installed_version(tmp_path: Path) -> None:
+    result = run_cli("--version", tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"mcp-gateway {importlib.metadata.version('mcp-gateway')}\n"
+
+
+@pytest.mark.anyio
+async def test_serve_with_its_config_after_the_command_serves_over_stdio(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "gw.yaml", "mcps: {}\n")
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "gateway", "serve", "--config", str(config), "--transport", "stdio"],
+        env=gateway_env(tmp_path),
+        cwd=str(tmp_path),
+    )
+    with anyio.fail_after(60):
+        async with Client(params) as client:  # type: ignore[arg-type]
+            result = await client.call_tool("mem__echo", {"text": "after the command"})
+    assert result.content[0].text == "after the command"  # type: ignore[union-attr]

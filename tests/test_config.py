@@ -281,6 +281,28 @@ def test_a_command_with_spaces_that_is_an_existing_file_is_accepted(tmp_path: Pa
     assert (s.command, s.args) == (str(program), [])
 
 
+def test_a_stdio_servers_cwd_is_relative_to_the_config_files_folder_which_is_also_its_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the current directory plays no part
+    config = tmp_path / "conf" / "gateway.yaml"
+    text = "mcps:\n  a: {command: x}\n  b: {command: x, cwd: sub}\n  c: {command: x, cwd: /srv}\n  d: {url: http://h}\n"
+    servers = parse_config(text, config, {}).servers
+    assert servers["a"].cwd == str(tmp_path / "conf")
+    assert servers["b"].cwd == str(tmp_path / "conf" / "sub")
+    assert servers["c"].cwd == "/srv"
+    assert servers["d"].cwd is None
+    # A config path given relative to the current directory (as a shell gives it) is made absolute.
+    assert parse_config(text, Path("conf/gateway.yaml"), {}).servers["a"].cwd == str(tmp_path / "conf")
+
+
+def test_a_jwks_file_is_relative_to_the_config_files_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    text = "auth:\n  jwt: {jwks_file: keys/jwks.json, issuer: i, audience: a}\n"
+    jwt = parse_config(text, tmp_path / "conf" / "gateway.yaml", {}).auth.jwt
+    assert jwt is not None and jwt.jwks_file == tmp_path / "conf" / "keys" / "jwks.json"
+
+
 def test_a_command_with_spaces_that_is_a_file_under_cwd_is_accepted(tmp_path: Path) -> None:
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "my server").write_text("#!/bin/sh\n")

@@ -45,7 +45,9 @@ def test_the_complete_plugin_in_the_guide_works_when_pasted_into_plugins(tmp_pat
     code = section[start : section.index("```\n", start)]
     (tmp_path / "plugins" / "weather").mkdir(parents=True)
     (tmp_path / "plugins" / "weather" / "__init__.py").write_text(code)
-    settings = Settings(data_dir=tmp_path / "data", plugins=PluginSettings(directory=tmp_path / "plugins"))
+    settings = Settings(
+        data_dir=tmp_path / "data", plugins=PluginSettings(directory=tmp_path / "plugins", entry_points=False)
+    )
 
     result = anyio.run(call_plugin_tool, settings, "weather__forecast", {"city": "Lyon"})
     assert result.content[0].text == "Sunny in Lyon."  # type: ignore[union-attr]

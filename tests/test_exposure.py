@@ -169,7 +169,7 @@ async def test_route_returns_the_top_k_in_mcp_and_openai_form_with_pinned_tools(
         stop_process(process)
 
 
-async def test_an_http_client_may_ask_for_another_mode_on_the_url(tmp_path: Path) -> None:
+async def test_an_http_client_may_ask_for_another_mode_on_the_url_but_not_an_unknown_one(tmp_path: Path) -> None:
     process, url = start_gateway_http(_http_config(tmp_path), tmp_path)
     try:
         with anyio.fail_after(60):
@@ -178,6 +178,22 @@ async def test_an_http_client_may_ask_for_another_mode_on_the_url(tmp_path: Path
                 assert names == ["search_tools", "call_tool", "submit_feedback"]
             async with Client(url) as client:
                 assert "mem__add" in {t.name for t in (await client.list_tools()).tools}
+        initialize = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        }
+        headers = {"Accept": "application/json, text/event-stream"}
+        for query in ("?mode=serach", "?mode=search&mode=foo", "?mode="):
+            refused = httpx2.post(url + query, json=initialize, headers=headers, timeout=30)
+            assert refused.status_code == 400, query
+            assert "use one of all, search, dynamic" in refused.json()["error"]
+        assert "'serach'" in httpx2.post(url + "?mode=serach", json=initialize, headers=headers, timeout=30).text
     finally:
         stop_process(process)
 

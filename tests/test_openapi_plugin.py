@@ -150,6 +150,14 @@ def test_a_relative_source_is_relative_to_the_yaml_file(tmp_path: Path) -> None:
     assert resolve_source("https://example.com/openapi.json", config_file) == "https://example.com/openapi.json"
 
 
+def test_an_example_source_names_a_spec_installed_with_the_plugin(tmp_path: Path) -> None:
+    """The example config works wherever it is copied: its spec ships with the plugin, not next to the file."""
+    path = Path(resolve_source("example:github-public", tmp_path / "anywhere" / "gateway.yaml"))
+    assert path == REPO / "plugins" / "openapi" / "examples" / "github-public.json" and path.is_file()
+    with pytest.raises(ValueError, match="no example spec named 'gitlab'; the examples are: github-public"):
+        Config.model_validate({"specs": [{"name": "x", "source": "example:gitlab"}]})
+
+
 def test_bad_settings_are_reported_with_file_line_and_key(tmp_path: Path) -> None:
     path = tmp_path / "gateway.yaml"
     text = "plugins:\n  openapi:\n    specs:\n      - name: x\n        source: a.yaml\n        auth: {api_key_env: K}\n"

@@ -11,10 +11,10 @@ import pytest
 from mcp.server import Server
 
 from gateway.config import ConfigError, GatewayConfig, load_config
-from gateway.plugins import get_plugin_manager
+from gateway.plugins import get_plugin_manager, plugin_directory
 from gateway.registry import RegistrationError, Registry, check_plugin_sections, specs_from_plugins
 from gateway.settings import PluginSettings, Settings
-from tests.conftest import call_plugin_tool
+from tests.conftest import REPO, call_plugin_tool
 
 
 def _write_plugin(directory: Path, name: str, body: str) -> None:
@@ -42,8 +42,22 @@ SERVER_PLUGIN = """
 """
 
 
-def _settings(tmp_path: Path, plugins: Path, **plugin_settings: list[str]) -> Settings:
-    return Settings(data_dir=tmp_path / "data", plugins=PluginSettings(directory=plugins, **plugin_settings))
+def _settings(tmp_path: Path, plugins: Path, *, entry_points: bool = False, **plugin_settings: list[str]) -> Settings:
+    """Settings that load the plugins of `plugins`, and the installed ones only when asked."""
+    return Settings(
+        data_dir=tmp_path / "data",
+        plugins=PluginSettings(directory=plugins, entry_points=entry_points, **plugin_settings),
+    )
+
+
+def _install_entry_point(site: Path, name: str, module: str, body: str) -> None:
+    """An installed distribution in `site` (a sys.path entry) whose entry point `name` is package `module`."""
+    (site / module).mkdir(parents=True)
+    (site / module / "__init__.py").write_text(textwrap.dedent(body))
+    dist = site / f"{module}-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module.replace('_', '-')}\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[mcp_gateway]\n{name} = {module}\n")
 
 
 def test_a_plugin_directory_registers_its_server_with_description_and_capabilities(tmp_path: Path) -> None:
@@ -81,17 +95,81 @@ def test_a_plugin_that_fails_to_import_is_reported_with_its_traceback(tmp_path: 
 
 
 def test_an_installed_package_with_an_entry_point_is_a_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    site = tmp_path / "site"
-    (site / "gw_entry_demo").mkdir(parents=True)
-    (site / "gw_entry_demo" / "__init__.py").write_text(textwrap.dedent(SERVER_PLUGIN.format(name="entry")))
-    dist = site / "gw_entry_demo-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: gw-entry-demo\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[mcp_gateway]\nentry = gw_entry_demo\n")
-    monkeypatch.syspath_prepend(str(site))
-    pm, infos = get_plugin_manager(_settings(tmp_path, tmp_path / "no-plugins-here"))
-    assert [(i.name, i.status) for i in infos] == [("entry", "loaded")]
-    assert [s.id for s in specs_from_plugins(pm, _settings(tmp_path, tmp_path))] == ["entry"]
+    _install_entry_point(tmp_path / "site", "entry", "gw_entry_demo", SERVER_PLUGIN.format(name="entry"))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    settings = _settings(tmp_path, tmp_path / "no-plugins-here", entry_points=True)
+    pm, infos = get_plugin_manager(settings)
+    assert ("entry", "entry point gw_entry_demo", "loaded") in [(i.name, i.source, i.status) for i in infos]
+    assert "entry" in [s.id for s in specs_from_plugins(pm, settings)]
+
+
+def test_the_built_in_plugins_are_installed_entry_points(tmp_path: Path) -> None:
+    _, infos = get_plugin_manager(_settings(tmp_path, tmp_path / "no-plugins-here", entry_points=True))
+    builtins = [(i.name, i.source, i.status) for i in infos if i.name in ("clock", "notes", "openapi", "sql")]
+    assert builtins == [
+        (n, f"entry point mcp_gateway_plugins.{n}", "loaded") for n in ("clock", "notes", "openapi", "sql")
+    ]
+
+
+def test_entry_points_false_loads_only_the_plugin_directory(tmp_path: Path) -> None:
+    _write_plugin(tmp_path / "plugins", "greeter", SERVER_PLUGIN.format(name="greeter"))
+    _, infos = get_plugin_manager(_settings(tmp_path, tmp_path / "plugins", entry_points=False))
+    assert [i.name for i in infos] == ["greeter"]
+
+
+def test_plugin_directories_are_found_next_to_the_config_file_not_in_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write_plugin(tmp_path / "conf" / "plugins", "greeter", SERVER_PLUGIN.format(name="greeter"))
+    _write_plugin(tmp_path / "conf" / "mine", "solo", SERVER_PLUGIN.format(name="solo"))
+    _write_plugin(tmp_path / "elsewhere" / "plugins", "stray", SERVER_PLUGIN.format(name="stray"))
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    config = tmp_path / "conf" / "gateway.yaml"
+
+    default = Settings(config=config, plugins=PluginSettings(entry_points=False))
+    assert plugin_directory(default) == tmp_path / "conf" / "plugins"
+    assert [(i.name, i.status) for i in get_plugin_manager(default)[1]] == [("greeter", "loaded")]
+
+    relative = Settings(config=config, plugins=PluginSettings(directory=Path("mine"), entry_points=False))
+    assert [i.source for i in get_plugin_manager(relative)[1]] == [f"directory {tmp_path / 'conf' / 'mine' / 'solo'}"]
+
+    # A config path given relative to the current directory is where the user's shell says it is.
+    monkeypatch.chdir(tmp_path)
+    given = Settings(config=Path("conf/gateway.yaml"), plugins=PluginSettings(entry_points=False))
+    assert plugin_directory(given) == tmp_path / "conf" / "plugins"
+
+
+def test_a_directory_plugin_replaces_an_installed_plugin_of_the_same_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _install_entry_point(tmp_path / "site", "greeter", "gw_greeter_dist", SERVER_PLUGIN.format(name="installed"))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    _write_plugin(tmp_path / "plugins", "greeter", SERVER_PLUGIN.format(name="greeter"))
+    settings = _settings(tmp_path, tmp_path / "plugins", entry_points=True)
+    pm, infos = get_plugin_manager(settings)
+
+    mine = [(i.source, i.status, i.note) for i in infos if i.name == "greeter"]
+    assert mine == [
+        (f"directory {tmp_path / 'plugins' / 'greeter'}", "loaded", None),
+        (
+            "entry point gw_greeter_dist",
+            "overridden",
+            f"the plugin directory {tmp_path / 'plugins' / 'greeter'} replaces it",
+        ),
+    ]
+    ids = [s.id for s in specs_from_plugins(pm, settings)]
+    assert "greeter" in ids and "installed" not in ids
+
+
+def test_the_repositorys_own_plugins_directory_is_the_built_ins_and_loads_once(tmp_path: Path) -> None:
+    """Run from the repository, `<config dir>/plugins` holds the very files the entry points name."""
+    settings = Settings(data_dir=tmp_path / "data", config=REPO / "external-mcps.yaml")
+    settings = settings.model_copy(update={"plugins": PluginSettings(entry_points=True)})
+    assert plugin_directory(settings) == REPO / "plugins"
+    _, infos = get_plugin_manager(settings)
+    assert [(i.name, i.source, i.status) for i in infos] == [
+        (n, f"entry point mcp_gateway_plugins.{n}", "loaded") for n in ("clock", "notes", "openapi", "sql")
+    ]
 
 
 def test_registering_the_same_server_name_twice_names_both_plugins(tmp_path: Path) -> None:

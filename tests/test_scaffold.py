@@ -15,14 +15,18 @@ from gateway.settings import PluginSettings, Settings
 from tests.conftest import REPO, call_plugin_tool
 
 
-def _new_plugin(tmp_path: Path, name: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "GATEWAY_PLUGINS__DIRECTORY": str(tmp_path / "plugins")}
+def _new_plugin(
+    tmp_path: Path, name: str, *options: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`new-plugin NAME` for the config `tmp_path/gateway.yaml`, run from another directory."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")} | (env or {})
+    (tmp_path / "elsewhere").mkdir(exist_ok=True)
     return subprocess.run(
-        [sys.executable, "-m", "gateway", "new-plugin", name, "--tests", str(tmp_path / "tests")],
+        [sys.executable, "-m", "gateway", "new-plugin", name, "--config", str(tmp_path / "gateway.yaml"), *options],
         capture_output=True,
         text=True,
-        env=env,
-        cwd=REPO,
+        env=environment | {"PYTHONPATH": str(REPO)},
+        cwd=tmp_path / "elsewhere",
         timeout=60,
     )
 
@@ -30,11 +34,13 @@ def _new_plugin(tmp_path: Path, name: str) -> subprocess.CompletedProcess[str]:
 def test_new_plugin_writes_a_plugin_that_serves_its_tool_and_a_test_that_passes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    done = _new_plugin(tmp_path, "hello")
+    done = _new_plugin(tmp_path, "hello", "--tests", str(tmp_path / "tests"))
     assert done.returncode == 0, done.stderr
     assert f"wrote {tmp_path / 'plugins' / 'hello' / '__init__.py'}" in done.stdout
 
-    settings = Settings(data_dir=tmp_path / "data", plugins=PluginSettings(directory=tmp_path / "plugins"))
+    settings = Settings(
+        data_dir=tmp_path / "data", plugins=PluginSettings(directory=tmp_path / "plugins", entry_points=False)
+    )
     result = anyio.run(call_plugin_tool, settings, "hello__greet", {"who": "Ada"})
     assert result.content[0].text == "Hello, Ada!"  # type: ignore[union-attr]
 
@@ -47,6 +53,34 @@ def test_new_plugin_writes_a_plugin_that_serves_its_tool_and_a_test_that_passes(
     generated = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(generated)
     generated.test_greet_says_hello()
+
+
+def test_new_plugin_writes_beside_the_config_file_where_the_gateway_and_pytest_find_it(tmp_path: Path) -> None:
+    done = _new_plugin(tmp_path, "hello")
+    assert done.returncode == 0, done.stderr
+    plugin, test = tmp_path / "plugins" / "hello" / "__init__.py", tmp_path / "tests" / "test_hello_plugin.py"
+    assert done.stdout.splitlines()[:2] == [f"wrote {plugin}", f"wrote {test}"]
+    assert not list((tmp_path / "elsewhere").iterdir())  # nothing in the current directory
+
+    # What the printed next step says: its test passes, run with pytest from the config's folder.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GATEWAY_", "PYTHONPATH"))}
+    ran = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "1 passed" in ran.stdout
+
+
+def test_a_plugin_directory_that_is_not_a_package_name_is_refused(tmp_path: Path) -> None:
+    refused = _new_plugin(tmp_path, "hello", env={"GATEWAY_PLUGINS__DIRECTORY": "my-plugins"})
+    assert refused.returncode == 2
+    assert "my-plugins is not named like a Python package" in refused.stderr
+    assert not (tmp_path / "my-plugins").exists()
 
 
 @pytest.mark.parametrize("name", ["Hello", "1st", "with-dash", "x" * 40])

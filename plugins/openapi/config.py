@@ -13,9 +13,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["AuthConfig", "Config", "SpecConfig", "missing_variables", "resolve_source"]
+__all__ = ["EXAMPLES", "AuthConfig", "Config", "SpecConfig", "example_names", "missing_variables", "resolve_source"]
 
 _URL = re.compile(r"^https?://", re.IGNORECASE)
+_EXAMPLE = "example:"
+EXAMPLES = Path(__file__).resolve().parent / "examples"
+"""The specs shipped with the plugin (installed with it), named in a config as `example:<file name without .json>`."""
 SECRET_HEADER = re.compile(r"auth|token|key|secret|cookie|session|password", re.IGNORECASE)
 """Header names whose configured values are treated as secrets (kept out of every output)."""
 
@@ -63,8 +66,8 @@ class SpecConfig(BaseModel):
     )
     source: str = Field(
         min_length=1,
-        description="The OpenAPI 3.x document (JSON or YAML): an http(s) URL, or a file path; a relative "
-        "path is relative to the directory of the YAML file.",
+        description="The OpenAPI 3.x document (JSON or YAML): an http(s) URL, `example:<name>` for a spec "
+        "shipped with the plugin, or a file path; a relative path is relative to the directory of the YAML file.",
     )
     base_url: str | None = Field(default=None, description="Where requests go; default: the spec's first server.")
     auth: AuthConfig = Field(default_factory=AuthConfig)
@@ -78,6 +81,13 @@ class SpecConfig(BaseModel):
     def _base_url_is_http(self) -> SpecConfig:
         if self.base_url is not None and not _URL.match(self.base_url):
             raise ValueError(f"base_url must be an http(s) URL, not {self.base_url!r}")
+        return self
+
+    @model_validator(mode="after")
+    def _example_exists(self) -> SpecConfig:
+        name = self.source.removeprefix(_EXAMPLE)
+        if self.source.startswith(_EXAMPLE) and name not in example_names():
+            raise ValueError(f"no example spec named {name!r}; the examples are: {', '.join(example_names())}")
         return self
 
     def secret_header_values(self) -> list[str]:
@@ -106,10 +116,18 @@ class Config(BaseModel):
         return self
 
 
+def example_names() -> list[str]:
+    """The names `example:<name>` accepts."""
+    return sorted(path.stem for path in EXAMPLES.glob("*.json"))
+
+
 def resolve_source(source: str, config_file: Path) -> str:
-    """A URL as is; a path with `~` and `$VARS` expanded, made absolute against the YAML file's directory."""
+    """A URL as is; `example:<name>` as the shipped file; a path with `~` and `$VARS` expanded, made absolute
+    against the YAML file's directory (a desktop client may start the gateway anywhere)."""
     if _URL.match(source):
         return source
+    if source.startswith(_EXAMPLE):
+        return str(EXAMPLES / f"{source.removeprefix(_EXAMPLE)}.json")
     path = Path(os.path.expandvars(source)).expanduser()
     if not path.is_absolute():
         path = config_file.resolve().parent / path
