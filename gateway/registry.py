@@ -31,7 +31,7 @@ from gateway.calls.timeout import apply_timeout
 from gateway.calls.validation import ArgumentValidator
 from gateway.catalog import Catalog, Entry, ServerListing, build_catalog
 from gateway.config import ConfigError, GatewayConfig, ServerConfig, validate_plugin_settings
-from gateway.errors import ExecutionError, ToolNotFound
+from gateway.errors import ExecutionError, GatewayError, ToolNotFound
 from gateway.metrics import GatewayMetrics
 from gateway.plugins import PluginManager
 from gateway.relay import Relay
@@ -256,6 +256,9 @@ class Registry:
         self.log_listeners: list[LogListener] = []
         self.listing_filter: Callable[[Sequence[ServerListing]], list[ServerListing]] | None = None
         """Vets listings before they enter the catalog (`gateway.vetting`); None: all pass."""
+        self.withheld: Callable[[str], GatewayError | None] | None = None
+        """The error for a tool that vetting withholds (`ToolVetter.withheld`), so that a call of it
+        says so instead of "no tool by that name"."""
         self._task_group: anyio.abc.TaskGroup | None = None
         self.caller_sessions = CallerSessions(self, lambda: self.task_group)
         """Sessions opened with callers' own tokens (servers with `forward_caller_token: true`)."""
@@ -361,7 +364,7 @@ class Registry:
         A tool of a server that is down (its tools leave the catalog while it is) is still
         found, so that the call chain can wait for the reconnect or say when it is due.
         Raises `UpstreamUnavailable` for a server that is down and whose tools were never
-        seen, else `ToolNotFound` naming close ones.
+        seen, `ToolWithheld` for a tool vetting withholds, else `ToolNotFound` naming close ones.
         """
         entry = self.catalog.tools.get(name) or self._offline_tools.get(name)
         if entry is not None:
@@ -369,6 +372,9 @@ class Registry:
         owner = self.owner_of(name)
         if owner is not None and owner.state not in CONNECTED_STATES:
             raise unavailable_error(owner)
+        withheld = self.withheld(name) if self.withheld is not None else None
+        if withheld is not None:
+            raise withheld
         close = difflib.get_close_matches(name, list(self.catalog.tools), n=3, cutoff=0.5)
         hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         raise ToolNotFound(f"There is no tool named {name!r}.{hint}")
