@@ -2,27 +2,39 @@
 
 Requests keep the client's `_meta` (minus what belongs to one hop) and report progress
 to the client's current request; results have their resource URIs rewritten to the
-exposed form (`prefix+uri`), so a client can read back what a tool linked to.
+exposed form (`prefix+uri`), so a client can read back what a tool linked to. An
+upstream's JSON-RPC errors keep their code and say what the client asked for.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from typing import Any, cast
 
 import mcp_types as types
 from mcp.server import ServerRequestContext
+from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from gateway.catalog import expose_uri
 from gateway.relay import connection_of
 
-__all__ = ["expose_block", "expose_result_uris", "forwarded_meta", "progress_forwarder", "rename_contents"]
+__all__ = [
+    "expose_block",
+    "expose_result_uris",
+    "forwarded_meta",
+    "progress_forwarder",
+    "relayed_error",
+    "rename_contents",
+]
 
 logger = logging.getLogger(__name__)
 
 _RESERVED_META_PREFIX = "io.modelcontextprotocol/"
+_MCP_ERROR_PREFIX = re.compile(r"^(?:MCP error -?\d+:\s*)+")
+"""What the TypeScript SDK puts before an error's message; its clients add it again."""
 
 
 def forwarded_meta(ctx: ServerRequestContext[Any, Any]) -> types.RequestParamsMeta | None:
@@ -96,3 +108,22 @@ def expose_result_uris(result: Any, prefix: str) -> Any:
     if not any(isinstance(b, types.ResourceLink | types.EmbeddedResource) for b in result.content):
         return result
     return result.model_copy(update={"content": [expose_block(b, prefix) for b in result.content]})
+
+
+def relayed_error(exc: MCPError, renamed: tuple[str, str] | None = None) -> MCPError:
+    """An upstream's JSON-RPC error as the client should see it.
+
+    The message loses the `MCP error <code>: ` prefix a TypeScript server writes into it:
+    the code travels in the error itself, and a client that prints it adds the prefix
+    again (`MCP error -32602: MCP error -32602: ...`). With `renamed` (upstream URI,
+    exposed URI), the message and `data.uri` name the URI the client sent.
+    """
+    message, data = _MCP_ERROR_PREFIX.sub("", exc.message) or exc.message, exc.data
+    if renamed is not None:
+        original, exposed = renamed
+        message = message.replace(original, exposed) if original != exposed else message
+        if isinstance(data, dict) and data.get("uri") == original:
+            data = {**data, "uri": exposed}
+    if (message, data) == (exc.message, exc.data):
+        return exc
+    return MCPError(exc.code, message, data)

@@ -58,6 +58,7 @@ from gateway.passthrough import (
     expose_result_uris,
     forwarded_meta,
     progress_forwarder,
+    relayed_error,
     rename_contents,
 )
 from gateway.records.callers import CallerIds
@@ -68,7 +69,7 @@ from gateway.registry import ChangeKind, Registry
 from gateway.relay import Exchange, ExchangeTable, connection_of
 from gateway.router.base import SearchHit
 from gateway.router.service import RouterService
-from gateway.scopes import server_visible, tool_not_found, visible, visible_names
+from gateway.scopes import server_visible, tool_not_found, tool_visible, visible, visible_names
 from gateway.security_config import AuthConfig, SecurityConfig
 from gateway.settings import Settings
 from gateway.upstream import Upstream, cancel_when, gateway_version
@@ -324,6 +325,8 @@ class GatewayServer:
                 return _with_feedback_token(capped, notes)
 
             return await self._interactive(ctx, params, upstream, send)
+        except MCPError as exc:  # a protocol error the upstream sent stays one
+            raise relayed_error(exc) from None
         except GatewayError as exc:
             if self.records is not None and EXECUTION_ID_NOTE not in notes:  # refused before the call chain
                 owner = self.registry.owner_of(params.name)
@@ -346,8 +349,8 @@ class GatewayServer:
         owner = self.registry.owner_of(params.name)
         if entry is not None:
             hidden = not visible(principal, entry)
-        elif owner is not None:
-            hidden = not server_visible(principal, owner.id)
+        elif owner is not None:  # a server that is down, or a withheld tool: may this caller know of it?
+            hidden = not tool_visible(principal, owner.id, params.name)
         else:
             hidden = True  # unknown: the same error, with hints from what this caller may see
         if hidden:
@@ -508,7 +511,7 @@ class GatewayServer:
             )
             return rename_contents(result, original, params.uri, upstream.spec.prefix)
 
-        return await self._as_protocol_error(self._interactive(ctx, params, upstream, send))
+        return await self._as_protocol_error(self._interactive(ctx, params, upstream, send), (original, params.uri))
 
     async def _subscribe(
         self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams
@@ -521,7 +524,7 @@ class GatewayServer:
                 "resource again when you need it, or listen with subscriptions/listen (2026-07-28 clients).",
             )
         upstream, original = self._resource(params.uri, ctx)
-        await self._as_protocol_error(upstream.subscribe(original))
+        await self._as_protocol_error(upstream.subscribe(original), (original, params.uri))
         connection = connection_of(ctx)
         if connection is not None:
             self._subscribers.setdefault(params.uri, weakref.WeakSet()).add(connection)
@@ -595,10 +598,13 @@ class GatewayServer:
 
     # ---- shared machinery ---------------------------------------------------------
 
-    async def _as_protocol_error(self, awaitable: Awaitable[Any]) -> Any:
-        """Outside tools/call there is no error result: gateway errors become JSON-RPC errors."""
+    async def _as_protocol_error(self, awaitable: Awaitable[Any], renamed: tuple[str, str] | None = None) -> Any:
+        """Outside tools/call there is no error result: gateway errors become JSON-RPC errors, and the
+        upstream's own pass as `relayed_error`s (`renamed`: its URI and the one the client sent)."""
         try:
             return await awaitable
+        except MCPError as exc:
+            raise relayed_error(exc, renamed) from None
         except GatewayError as exc:
             raise MCPError(types.INTERNAL_ERROR, exc.message, {"code": exc.code, "server": exc.server}) from None
 
