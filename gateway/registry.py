@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import anyio
@@ -36,6 +37,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.plugins import PluginManager
 from gateway.relay import Relay
 from gateway.settings import Settings
+from gateway.tasks import TaskStatusExtension
 from gateway.upstream import CONNECTED_STATES, LISTED_STATES, Upstream, UpstreamSpec, unavailable_error
 
 __all__ = [
@@ -56,6 +58,7 @@ ChangeKind = str
 ChangeListener = Callable[[set[ChangeKind]], Awaitable[None]]
 ResourceListener = Callable[[str], Awaitable[None]]
 LogListener = Callable[[str, types.LoggingMessageNotificationParams], Awaitable[None]]
+TaskStatusListener = Callable[[str, types.TaskStatusNotificationParams], Awaitable[None]]
 
 
 class RegistrationError(Exception):
@@ -254,6 +257,10 @@ class Registry:
         self.change_listeners: list[ChangeListener] = []
         self.resource_listeners: list[ResourceListener] = []
         self.log_listeners: list[LogListener] = []
+        self.task_status_listeners: list[TaskStatusListener] = []
+        """Told of every `notifications/tasks/status` a server sends (`gateway.tasks`)."""
+        for upstream in self.upstreams.values():
+            upstream.client_extensions.append(TaskStatusExtension(partial(self._task_status, upstream.id)))
         self.listing_filter: Callable[[Sequence[ServerListing]], list[ServerListing]] | None = None
         """Vets listings before they enter the catalog (`gateway.vetting`); None: all pass."""
         self.withheld: Callable[[str], GatewayError | None] | None = None
@@ -326,6 +333,10 @@ class Registry:
         self, upstream: Upstream, request: types.InputRequest
     ) -> types.InputResponse | types.ErrorData:
         return await self.relay.ask(upstream.id, request)
+
+    async def _task_status(self, server_id: str, params: types.TaskStatusNotificationParams) -> None:
+        for listener in list(self.task_status_listeners):
+            await listener(server_id, params)
 
     # ---- catalog --------------------------------------------------------------
 

@@ -72,6 +72,7 @@ from gateway.router.service import RouterService
 from gateway.scopes import server_visible, tool_not_found, tool_visible, visible, visible_names
 from gateway.security_config import AuthConfig, SecurityConfig
 from gateway.settings import Settings
+from gateway.tasks import TaskProxy
 from gateway.upstream import Upstream, cancel_when, gateway_version
 
 if TYPE_CHECKING:
@@ -92,7 +93,10 @@ _LEVELS: list[types.LoggingLevel] = ["debug", "info", "notice", "warning", "erro
 
 
 class _GatewayLowLevelServer(Server[Any]):
-    """A low-level server whose handshake advertises list_changed for everything we proxy."""
+    """A low-level server whose handshake advertises list_changed for everything we proxy, and
+    tasks as far as the gateway can honour them at the time of the handshake (`gateway.tasks`)."""
+
+    tasks_capability: Callable[[], types.ServerTasksCapability | None] = staticmethod(lambda: None)
 
     def create_initialization_options(
         self,
@@ -100,12 +104,14 @@ class _GatewayLowLevelServer(Server[Any]):
         experimental_capabilities: dict[str, dict[str, Any]] | None = None,
         extensions: dict[str, dict[str, Any]] | None = None,
     ) -> InitializationOptions:
-        return super().create_initialization_options(
+        options = super().create_initialization_options(
             notification_options
             or NotificationOptions(prompts_changed=True, resources_changed=True, tools_changed=True),
             experimental_capabilities,
             extensions,
         )
+        options.capabilities.tasks = self.tasks_capability()
+        return options
 
 
 class GatewayServer:
@@ -162,6 +168,10 @@ class GatewayServer:
                 on_completion=self._complete,
                 on_set_logging_level=self._set_logging_level,
             )
+        self.tasks = TaskProxy(registry, self._prepare_call, lambda: self.stateless)
+        self.tasks.install(self.server, self._notify)
+        self.server.tasks_capability = self.tasks.capability
+        registry.task_status_listeners.append(self.tasks.on_status)
         if router is not None:
             registry.metrics.watch_router(router)
         self.server.middleware.append(self._track_connection)
@@ -285,6 +295,9 @@ class GatewayServer:
         """What `tools/list` shows this client, by exposure mode (see `gateway.exposure`)."""
         principal = principal_in(ctx.request)
         catalog = {n: e for n, e in self.registry.catalog.tools.items() if visible(principal, e)}
+        usable = self.tasks.usable(ctx)
+        self.tasks.note_hidden(ctx, [n for n, e in catalog.items() if not usable(e.item)])
+        catalog = {n: e for n, e in catalog.items() if usable(e.item)}
         mode = mode_for(ctx.request, self.settings.routing.mode)
         own = [FEEDBACK_TOOL] if self.records is not None and FEEDBACK_TOOL.name not in catalog else []
         if mode == "all":
@@ -307,9 +320,9 @@ class GatewayServer:
         try:
             if self.records is not None:
                 notes[SESSION_NOTE], notes[CLIENT_NOTE] = self.callers.of(ctx, stateless=self.stateless)
-            await self._owner_settled(params.name)
-            self._check_call(ctx, params)
-            upstream, _entry = self.registry.tool(params.name)
+            await self._prepare_call(ctx, params)
+            upstream, entry = self.registry.tool(params.name)
+            self.tasks.check_callable(ctx, params.name, entry.item)
             token = forwardable_token(ctx.request)
 
             async def send(progress: Any) -> Any:
@@ -339,6 +352,11 @@ class GatewayServer:
                     client_id=notes.get(CLIENT_NOTE),
                 )
             return _with_feedback_token(error_result(exc), notes)
+
+    async def _prepare_call(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> None:
+        """Before a call goes upstream (as a task too): wait for its server at start-up, then check it."""
+        await self._owner_settled(params.name)
+        self._check_call(ctx, params)
 
     def _check_call(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> None:
         """Scope, session call count and argument size, before the call goes upstream (`gateway.scopes`,
@@ -375,7 +393,8 @@ class GatewayServer:
         except ArgumentError as exc:
             return error_result(InvalidArguments(str(exc)))
         session_id, _ = self.callers.of(ctx, stateless=self.stateless)
-        hits = await self.search(query, limit, principal_in(ctx.request), session_id=session_id)
+        principal, usable = principal_in(ctx.request), self.tasks.usable(ctx)
+        hits = await self.search(query, limit, principal, session_id=session_id, usable=usable)
         if mode_for(ctx.request, self.settings.routing.mode) == "dynamic" and not self.stateless:
             await self._grow_session(ctx, [h.name for h in hits])
         payload = [tool_payload(hit) for hit in hits]
@@ -385,25 +404,32 @@ class GatewayServer:
         )
 
     async def search(
-        self, query: str, limit: int, principal: Principal | None = None, *, session_id: str | None = None
+        self,
+        query: str,
+        limit: int,
+        principal: Principal | None = None,
+        *,
+        session_id: str | None = None,
+        usable: Callable[[types.Tool], bool] | None = None,
     ) -> list[SearchHit]:
         """Rank the catalog for a query, and log it as one line (no query text: it may be private).
 
-        Only what `principal` may see is ranked: the router is asked for as many more
-        results as there are hidden tools, and the hidden ones are dropped. With records
-        on, the search is recorded, and calls of its tools by the same session or caller
-        are tied to it.
+        Only what `principal` may see, and what `usable` keeps (tools the client can run), is
+        ranked: the router is asked for as many more results as there are hidden tools, and
+        the hidden ones are dropped. With records on, the search is recorded, and calls of its
+        tools by the same session or caller are tied to it.
         """
         if self.router is None:
             raise GatewayError("Tool search is not available on this gateway.")
         started = time.perf_counter()
         tools = self.registry.catalog.tools
-        hidden = len(tools) - len(visible_names(principal, tools))
+        shown = {n for n in visible_names(principal, tools) if usable is None or usable(tools[n].item)}
+        hidden = len(tools) - len(shown)
         status: SearchStatus = "error"
         try:
             hits = await self.router.search(query, limit + hidden, self.settings.routing.threshold)
             if hidden:
-                hits = [h for h in hits if h.name in tools and visible(principal, tools[h.name])][:limit]
+                hits = [h for h in hits if h.name in shown][:limit]
             status = "success"
         except TimeoutError:
             status = "timeout"
