@@ -1,7 +1,7 @@
 """What the gateway changes in requests and results on their way through it.
 
-Requests keep the client's `_meta` (minus what belongs to one hop) and report progress
-to the client's current request; results have their resource URIs rewritten to the
+Requests keep the client's `_meta` (minus what belongs to one hop; progress goes to the
+client's current request through `gateway.relay.progress_forwarder`); results have their resource URIs rewritten to the
 exposed form (`prefix+uri`), so a client can read back what a tool linked to. An
 upstream's JSON-RPC errors keep their code and say what the client asked for.
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
 from typing import Any, cast
 
 import mcp_types as types
@@ -25,7 +24,6 @@ __all__ = [
     "expose_block",
     "expose_result_uris",
     "forwarded_meta",
-    "progress_forwarder",
     "relayed_error",
     "rename_contents",
 ]
@@ -59,23 +57,6 @@ def forwarded_meta(ctx: ServerRequestContext[Any, Any]) -> types.RequestParamsMe
     if level is not None:
         forwarded[types.LOG_LEVEL_META_KEY] = level
     return cast(types.RequestParamsMeta, forwarded) if forwarded else None
-
-
-def progress_forwarder(current: Callable[[], ServerRequestContext[Any, Any]]) -> Any:
-    """A progress callback for the upstream call that reports on the client's current request.
-
-    Always passed: whether the client asked for progress is known only to the SDK's
-    dispatch context (a token on JSON-RPC transports, a callback in memory), and
-    `report_progress` is a no-op when it did not.
-    """
-
-    async def forward(progress: float, total: float | None, message: str | None) -> None:
-        try:
-            await current().session.report_progress(progress, total, message)
-        except Exception:  # boundary: progress is best effort and must not fail the call
-            logger.debug("could not forward progress", exc_info=True)
-
-    return forward
 
 
 def rename_contents(
