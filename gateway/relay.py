@@ -74,6 +74,9 @@ class Relay:
 
     def __init__(self) -> None:
         self._in_flight: dict[str, list[RelayScope]] = {}
+        self.outgoing: list[Callable[[str, types.InputRequest], types.InputRequest]] = []
+        """Rewrites of a question before the client sees it (`(upstream_id, request) -> request`):
+        the task proxy's own task ids (`gateway.tasks`)."""
 
     @contextmanager
     def scope(
@@ -136,6 +139,8 @@ class Relay:
             return _refuse(
                 f"Server {upstream_id!r} asked for {what}, which the client connected to the gateway does not support."
             )
+        for rewrite in self.outgoing:
+            request = rewrite(upstream_id, request)
         if scope.exchange is not None:
             return await scope.exchange.ask(request)
         if not scope.ctx.session.can_send_request:

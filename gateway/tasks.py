@@ -182,6 +182,18 @@ class TaskTable:
         task = self._by_upstream.get((server, task_id))
         return task if task is not None and task.session() is not None else None
 
+    def for_client(self, server: str, request: types.InputRequest) -> types.InputRequest:
+        """A question a server asks for one of its tasks, naming the task by the client's id."""
+        meta = request.params.meta if request.params is not None else None
+        related = meta.get(RELATED_TASK_META_KEY) if meta else None
+        task_id = related.get("taskId") if isinstance(related, Mapping) else None
+        task = self.by_upstream(server, task_id) if isinstance(task_id, str) else None
+        if task is None or request.params is None or not isinstance(related, Mapping):
+            return request
+        renamed = {**(meta or {}), RELATED_TASK_META_KEY: {**related, "taskId": task.exposed}}
+        params = request.params.model_copy(update={"meta": renamed})
+        return request.model_copy(update={"params": params})
+
     def forget(self, task: ProxiedTask) -> None:
         self._by_upstream.pop((task.server, task.task_id), None)
         session = task.session()
@@ -227,6 +239,7 @@ class TaskProxy:
     def install(self, server: Server[Any], notify: Callable[[Any, str, dict[str, Any]], Awaitable[None]]) -> None:
         """Serve the task methods on `server`; `notify(connection, method, params)` sends to one client."""
         self._notify = notify
+        self.registry.relay.outgoing.append(self.table.for_client)
         server.middleware.append(self._task_augmented_call)
         server.add_request_handler("tasks/get", types.GetTaskRequestParams, self._get)
         server.add_request_handler("tasks/result", types.GetTaskPayloadRequestParams, self._result)

@@ -30,6 +30,7 @@ from tests.everything import everything_command
 pytestmark = pytest.mark.anyio
 
 TOOL = "every__simulate-research-query"
+RELATED = "io.modelcontextprotocol/related-task"
 
 
 class RawError(Exception):
@@ -44,6 +45,9 @@ class RawClient:
     def __init__(self, process: anyio.abc.Process) -> None:
         self.process = process
         self.notifications: list[dict[str, Any]] = []
+        self.asked: list[dict[str, Any]] = []
+        """Requests the gateway sent this client (it answers elicitation by accepting `answer`)."""
+        self.answer: dict[str, Any] = {}
         self._next_id = 0
         self._waiting: dict[int, tuple[anyio.Event, list[dict[str, Any]]]] = {}
         self._changed = anyio.Event()
@@ -63,8 +67,14 @@ class RawClient:
             event, box = self._waiting.pop(message["id"])
             box.append(message)
             event.set()
-        elif "id" in message:  # a request to the client: it offers nothing but ping
-            reply = {"result": {}} if message["method"] == "ping" else {"error": {"code": -32601, "message": "no"}}
+        elif "id" in message:  # a request to the client: ping, and elicitation when it declared it
+            self.asked.append(message)
+            if message["method"] == "ping":
+                reply: dict[str, Any] = {"result": {}}
+            elif message["method"] == "elicitation/create":
+                reply = {"result": {"action": "accept", "content": self.answer}}
+            else:
+                reply = {"error": {"code": -32601, "message": "Method not found"}}
             await self._send({"jsonrpc": "2.0", "id": message["id"], **reply})
         else:
             self.notifications.append(message)
@@ -289,6 +299,43 @@ async def test_the_sdk_client_which_has_no_task_support_is_refused_a_task_requir
                 await anyio.sleep(0.1)
             assert result.is_error and result.meta is not None
             assert result.meta[ERROR_META_KEY]["code"] == "task_required"
+
+
+async def test_a_question_the_task_asks_reaches_the_client_waiting_for_its_result(config: Path, tmp_path: Path) -> None:
+    with anyio.fail_after(90):
+        async with raw_gateway(config, tmp_path, {"tasks": TASKS, "elicitation": {}}) as client:
+            client.answer = {"interpretation": "historical"}
+            await listed_tool(client, TOOL)
+            arguments = {"topic": "python", "ambiguous": True}
+            created = await client.request("tools/call", {"name": TOOL, "arguments": arguments, "task": {}})
+            task_id = created["task"]["taskId"]
+            result = await client.request("tasks/result", {"taskId": task_id})
+            assert "Research Report: python (historical)" in result["content"][0]["text"]
+            [question] = [m["params"] for m in client.asked if m["method"] == "elicitation/create"]
+            assert "multiple interpretations" in question["message"]
+            assert question.get("_meta", {}).get(RELATED, {}).get("taskId", task_id) == task_id
+            statuses = [n["params"] for n in client.notifications if n["method"] == "notifications/tasks/status"]
+            assert "input_required" in {s["status"] for s in statuses}
+
+
+def test_a_question_relayed_for_a_task_names_the_task_by_the_clients_id() -> None:
+    async def body() -> None:
+        table = TaskTable()
+
+        class Session:
+            pass
+
+        session = Session()
+        task = table.add(session, "every", "server-id-1", TOOL, ttl_ms=None)
+        params = types.ElicitRequestFormParams(
+            message="which?", requested_schema={"type": "object"}, _meta={RELATED: {"taskId": "server-id-1"}}
+        )
+        asked = table.for_client("every", types.ElicitRequest(params=params))
+        assert asked.params.meta == {RELATED: {"taskId": task.exposed}}
+        other = table.for_client("other", types.ElicitRequest(params=params))
+        assert other.params.meta == {RELATED: {"taskId": "server-id-1"}}  # not this server's task: unchanged
+
+    anyio.run(body)
 
 
 def test_the_task_table_forgets_a_task_after_its_ttl_and_knows_only_its_own_session() -> None:
