@@ -295,7 +295,7 @@ class TaskProxy:
     async def _task_augmented_call(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         if ctx.method != "tools/call" or not isinstance(ctx.params, Mapping) or ctx.params.get("task") is None:
             return await call_next(ctx)
-        if not client_supports_tasks(ctx) or self.stateless():
+        if not client_supports_tasks(ctx) or self.capability() is None:
             return await call_next(ctx)  # a receiver that did not declare tasks processes the call normally
         params = types.CallToolRequestParams.model_validate(ctx.params, by_name=False)
         try:

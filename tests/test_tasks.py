@@ -197,6 +197,9 @@ async def test_a_running_task_is_cancelled_through_the_gateway(config: Path, tmp
     with anyio.fail_after(90):
         async with raw_gateway(config, tmp_path, {"tasks": TASKS}) as client:
             await listed_tool(client, TOOL)
+            with pytest.raises(RawError) as refused:  # a tool that does not run as a task, asked to
+                await client.request("tools/call", {"name": "every__echo", "arguments": {"message": "x"}, "task": {}})
+            assert refused.value.code == types.METHOD_NOT_FOUND and "does not run as a task" in refused.value.message
             created = await client.request("tools/call", {"name": TOOL, "arguments": {"topic": "x"}, "task": {}})
             task_id = created["task"]["taskId"]
             cancelled = await client.request("tasks/cancel", {"taskId": task_id})
@@ -287,11 +290,12 @@ async def test_a_client_without_task_support_does_not_see_tools_that_require_tas
     assert len(hidden) == 1 and TOOL in hidden[0], hidden
 
 
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_the_sdk_client_which_has_no_task_support_is_refused_a_task_required_tool_clearly(
-    config: Path, tmp_path: Path
+    config: Path, tmp_path: Path, mode: str
 ) -> None:
     with anyio.fail_after(90):
-        async with gateway_over_stdio(config, tmp_path, mode="legacy") as client:
+        async with gateway_over_stdio(config, tmp_path, mode=mode) as client:
             while True:  # the server adds its task tool once its own client (the gateway) has initialized
                 result = await client.call_tool(TOOL, {"topic": "x"})
                 if (result.meta or {}).get(ERROR_META_KEY, {}).get("code") != "tool_not_found":
@@ -299,6 +303,7 @@ async def test_the_sdk_client_which_has_no_task_support_is_refused_a_task_requir
                 await anyio.sleep(0.1)
             assert result.is_error and result.meta is not None
             assert result.meta[ERROR_META_KEY]["code"] == "task_required"
+            assert TOOL not in {t.name for t in (await client.list_tools()).tools}
 
 
 async def test_a_question_the_task_asks_reaches_the_client_waiting_for_its_result(config: Path, tmp_path: Path) -> None:
@@ -316,6 +321,22 @@ async def test_a_question_the_task_asks_reaches_the_client_waiting_for_its_resul
             assert question.get("_meta", {}).get(RELATED, {}).get("taskId", task_id) == task_id
             statuses = [n["params"] for n in client.notifications if n["method"] == "notifications/tasks/status"]
             assert "input_required" in {s["status"] for s in statuses}
+
+
+async def test_tasks_are_not_declared_when_no_server_runs_them(tmp_path: Path) -> None:
+    demo = REPO / "tests" / "servers" / "demo_server.py"
+    config = write_config(
+        tmp_path / "gateway.yaml", f"mcps:\n  child:\n    command: {sys.executable}\n    args: ['{demo}', stdio]\n"
+    )
+    with anyio.fail_after(60):
+        async with raw_gateway(config, tmp_path, {"tasks": TASKS}) as client:
+            assert "tasks" not in client.initialized["capabilities"]  # type: ignore[attr-defined]
+            # Undeclared, a task-augmented request is processed normally (the specification's rule).
+            echoed = await client.request("tools/call", {"name": "child__echo", "arguments": {"text": "x"}, "task": {}})
+            assert echoed["content"] == [{"type": "text", "text": "x"}]
+            with pytest.raises(RawError) as unknown:
+                await client.request("tasks/get", {"taskId": "gwt-nothing"})
+            assert unknown.value.code == types.INVALID_PARAMS
 
 
 def test_a_question_relayed_for_a_task_names_the_task_by_the_clients_id() -> None:
