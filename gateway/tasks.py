@@ -48,6 +48,7 @@ from mcp.server.context import CallNext, HandlerResult
 from mcp.shared.exceptions import MCPError
 
 from gateway.errors import GatewayError, TaskRequired, error_result
+from gateway.exposure import GATEWAY_TOOL_NAMES
 from gateway.http_guard import forwardable_token
 from gateway.passthrough import expose_result_uris, forwarded_meta, relayed_error
 from gateway.relay import connection_of
@@ -217,6 +218,11 @@ def _exposed(raw: Mapping[str, Any], task: ProxiedTask) -> dict[str, Any]:
     return out
 
 
+def _not_a_task(name: str, why: str) -> MCPError:
+    """The specification's answer to a task-augmented call of a tool that does not run as a task."""
+    return MCPError(types.METHOD_NOT_FOUND, f"Tool {name!r} does not run as a task ({why}); call it without `task`.")
+
+
 def _unknown_task(task_id: str) -> MCPError:
     return MCPError(
         types.INVALID_PARAMS,
@@ -306,14 +312,12 @@ class TaskProxy:
             raise relayed_error(exc) from None
 
     async def _create(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> dict[str, Any]:
+        if params.name in GATEWAY_TOOL_NAMES and params.name not in self.registry.catalog.tools:
+            raise _not_a_task(params.name, "it is one of the gateway's own tools")
         await self.prepare(ctx, params)
         upstream, entry = self.registry.tool(params.name)
         if not runs_tasks(upstream) or task_support(entry.item) == "forbidden":
-            raise MCPError(
-                types.METHOD_NOT_FOUND,
-                f"Tool {params.name!r} does not run as a task (its server does not offer task-augmented calls "
-                "for it); call it without `task`.",
-            )
+            raise _not_a_task(params.name, "its server does not offer task-augmented calls for it")
         sent: dict[str, Any] = {
             "name": entry.original,
             "task": (params.task or types.TaskMetadata()).model_dump(exclude_none=True),

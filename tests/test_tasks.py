@@ -200,6 +200,9 @@ async def test_a_running_task_is_cancelled_through_the_gateway(config: Path, tmp
             with pytest.raises(RawError) as refused:  # a tool that does not run as a task, asked to
                 await client.request("tools/call", {"name": "every__echo", "arguments": {"message": "x"}, "task": {}})
             assert refused.value.code == types.METHOD_NOT_FOUND and "does not run as a task" in refused.value.message
+            with pytest.raises(RawError) as own:
+                await client.request("tools/call", {"name": "search_tools", "arguments": {"query": "x"}, "task": {}})
+            assert own.value.code == types.METHOD_NOT_FOUND and "gateway's own tools" in own.value.message
             created = await client.request("tools/call", {"name": TOOL, "arguments": {"topic": "x"}, "task": {}})
             task_id = created["task"]["taskId"]
             cancelled = await client.request("tasks/cancel", {"taskId": task_id})
