@@ -1,14 +1,14 @@
 """What the gateway changes in requests and results on their way through it.
 
 Requests keep the client's `_meta` (minus what belongs to one hop; progress goes to the
-client's current request through `gateway.relay.progress_forwarder`); results have their resource URIs rewritten to the
-exposed form (`prefix+uri`), so a client can read back what a tool linked to. An
-upstream's JSON-RPC errors keep their code and say what the client asked for.
+client's current request, `gateway.relay.progress_forwarder`); results have their
+resource URIs rewritten to the exposed form (`prefix+uri`), so a client can read back
+what a tool linked to. An upstream's JSON-RPC errors keep their code and say what the
+client asked for (`relayed_error`).
 """
 
 from __future__ import annotations
 
-import logging
 import re
 from typing import Any, cast
 
@@ -27,8 +27,6 @@ __all__ = [
     "relayed_error",
     "rename_contents",
 ]
-
-logger = logging.getLogger(__name__)
 
 _RESERVED_META_PREFIX = "io.modelcontextprotocol/"
 _MCP_ERROR_PREFIX = re.compile(r"^(?:MCP error -?\d+:\s*)+")

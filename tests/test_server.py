@@ -20,6 +20,7 @@ import pytest
 from mcp import Client, MCPError
 from mcp.shared.exceptions import MCPDeprecationWarning
 
+from gateway.passthrough import relayed_error
 from tests.conftest import (
     DEMO_SERVER,
     gateway_over_http,
@@ -396,3 +397,13 @@ async def test_a_resource_error_of_an_upstream_names_the_uri_the_client_sent(con
                     await client.read_resource(f"{server}+demo://nope")
                 assert raised.value.message == f"Unknown resource: {server}+demo://nope"
                 assert raised.value.data == {"uri": f"{server}+demo://nope"}
+
+
+def test_relayed_error_drops_the_typescript_prefix_and_names_the_exposed_uri() -> None:
+    doubled = MCPError(types.INVALID_PARAMS, "MCP error -32602: MCP error -32602: bad city")
+    assert (relayed_error(doubled).code, relayed_error(doubled).message) == (types.INVALID_PARAMS, "bad city")
+    missing = MCPError(-32002, "Resource demo://x not found", {"uri": "demo://x"})
+    renamed = relayed_error(missing, ("demo://x", "web+demo://x"))
+    assert (renamed.message, renamed.data) == ("Resource web+demo://x not found", {"uri": "web+demo://x"})
+    plain = MCPError(types.INVALID_PARAMS, "MCP error handling is fine here")
+    assert relayed_error(plain) is plain
