@@ -108,9 +108,12 @@ class RawClient:
 
 
 @asynccontextmanager
-async def raw_gateway(config: Path, tmp_path: Path, capabilities: dict[str, Any]) -> AsyncIterator[RawClient]:
+async def raw_gateway(
+    config: Path, tmp_path: Path, capabilities: dict[str, Any], env: dict[str, str] | None = None
+) -> AsyncIterator[RawClient]:
     """`python -m gateway serve` over stdio, initialized at 2025-11-25 with `capabilities`."""
-    env = gateway_env(tmp_path) | {"GATEWAY_LOG_LEVEL": "INFO"}
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    env = gateway_env(tmp_path) | {"GATEWAY_LOG_LEVEL": "INFO"} | (env or {})
     command = [sys.executable, "-m", "gateway", "--config", str(config), "serve", "--transport", "stdio"]
     with (tmp_path / "gateway.log").open("ab") as log:
         async with await anyio.open_process(command, env=env, cwd=REPO, stderr=log) as process:
@@ -324,6 +327,19 @@ async def test_a_question_the_task_asks_reaches_the_client_waiting_for_its_resul
             assert question.get("_meta", {}).get(RELATED, {}).get("taskId", task_id) == task_id
             statuses = [n["params"] for n in client.notifications if n["method"] == "notifications/tasks/status"]
             assert "input_required" in {s["status"] for s in statuses}
+
+
+async def test_search_finds_a_tool_that_requires_tasks_only_for_a_client_that_supports_them(
+    config: Path, tmp_path: Path
+) -> None:
+    search = {"GATEWAY_ROUTING__MODE": "search"}
+    query = {"name": "search_tools", "arguments": {"query": "simulate a deep research query", "limit": 50}}
+    with anyio.fail_after(120):
+        for capabilities, found in (({"tasks": TASKS}, True), ({}, False)):
+            async with raw_gateway(config, tmp_path / str(found), capabilities, search) as client:
+                await task_tool_called(client)  # the gateway knows the tool by now
+                hits = (await client.request("tools/call", query))["structuredContent"]["tools"]
+                assert (TOOL in {h["name"] for h in hits}) is found
 
 
 async def test_tasks_are_not_declared_when_no_server_runs_them(tmp_path: Path) -> None:
