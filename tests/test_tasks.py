@@ -213,7 +213,7 @@ async def test_a_running_task_is_cancelled_through_the_gateway(config: Path, tmp
             assert (await client.request("tasks/get", {"taskId": task_id}))["status"] == "cancelled"
 
 
-async def task_tool_called(client: RawClient) -> dict[str, Any]:
+async def task_tool_called(client: RawClient | HttpRawClient) -> dict[str, Any]:
     """Call the task tool without a task, once the gateway knows it (the server adds it after start-up)."""
     while True:
         result = await client.request("tools/call", {"name": TOOL, "arguments": {"topic": "x"}})
@@ -340,6 +340,22 @@ async def test_search_finds_a_tool_that_requires_tasks_only_for_a_client_that_su
                 await task_tool_called(client)  # the gateway knows the tool by now
                 hits = (await client.request("tools/call", query))["structuredContent"]["tools"]
                 assert (TOOL in {h["name"] for h in hits}) is found
+
+
+async def test_under_stateless_http_tasks_are_not_declared_and_tools_that_require_them_are_hidden(
+    config: Path, tmp_path: Path
+) -> None:
+    process, url = start_gateway_http(config, tmp_path, {"GATEWAY_HTTP__STATELESS": "true"})
+    try:
+        with anyio.fail_after(90):
+            async with httpx.AsyncClient(timeout=60) as http:
+                client = HttpRawClient(http, url)
+                assert "tasks" not in (await client.start({"tasks": TASKS}))["capabilities"]
+                result = await task_tool_called(client)
+                assert result["_meta"][ERROR_META_KEY]["code"] == "task_required"
+                assert TOOL not in {t["name"] for t in (await client.request("tools/list"))["tools"]}
+    finally:
+        stop_process(process)
 
 
 async def test_tasks_are_not_declared_when_no_server_runs_them(tmp_path: Path) -> None:
