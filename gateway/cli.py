@@ -198,6 +198,7 @@ def _load(settings: Settings, *, serving: bool) -> tuple[GatewayConfig, Registry
     registry = Registry(specs, settings, relay_requests=serving, plugins=pm)
     vetter = ToolVetter(IntegrityStore.in_dir(settings.data_dir), config.security)
     registry.listing_filter = vetter.vet
+    registry.withheld = vetter.withheld
     return config, registry, pm, vetter
 
 

@@ -2,8 +2,11 @@
 
     GatewayError                      base of every error raised by gateway code
     ├── ToolNotFound                  no tool, prompt or resource by that name  -> tool_not_found
+    ├── ToolWithheld                  withheld by tool vetting until an operator approves it -> tool_withheld
+    ├── TaskRequired                  the tool runs only as an MCP task; the client has no task support
     ├── InvalidArguments              arguments that do not fit the tool        -> invalid_arguments
     ├── UpstreamUnavailable           the server is not connected (failed, stopped, died)
+    │   └── OutcomeUnknown            it died after the request was sent, and the call was not retried
     ├── UpstreamTimeout               the server did not answer within its timeout
     ├── UpstreamUnauthorized          the server refused the gateway's credentials
     ├── CircuitOpen                   too many consecutive failures: calls are held back
@@ -35,8 +38,11 @@ __all__ = [
     "ExecutionError",
     "GatewayError",
     "InvalidArguments",
+    "OutcomeUnknown",
     "RelayRefused",
+    "TaskRequired",
     "ToolNotFound",
+    "ToolWithheld",
     "UpstreamTimeout",
     "UpstreamUnauthorized",
     "UpstreamUnavailable",
@@ -71,12 +77,33 @@ class ToolNotFound(GatewayError):
     code = "tool_not_found"
 
 
+class ToolWithheld(GatewayError):
+    """A tool the gateway keeps from clients (`security.tool_changes: block`, `security.injection:
+    quarantine`) until an operator approves it with `mcp-gateway tools approve`."""
+
+    code = "tool_withheld"
+
+
+class TaskRequired(GatewayError):
+    """A tool that runs only as an MCP task (`execution.taskSupport: required`), called by a client
+    that did not declare task support."""
+
+    code = "task_required"
+
+
 class InvalidArguments(GatewayError):
     code = "invalid_arguments"
 
 
 class UpstreamUnavailable(GatewayError):
     code = "upstream_unavailable"
+
+
+class OutcomeUnknown(UpstreamUnavailable):
+    """The connection died after the request was sent, and the tool is not safe to run twice: it may
+    have run. A model should check the state the tool changes before calling it again."""
+
+    code = "outcome_unknown"
 
 
 class UpstreamTimeout(GatewayError):

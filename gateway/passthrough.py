@@ -1,28 +1,36 @@
 """What the gateway changes in requests and results on their way through it.
 
-Requests keep the client's `_meta` (minus what belongs to one hop) and report progress
-to the client's current request; results have their resource URIs rewritten to the
-exposed form (`prefix+uri`), so a client can read back what a tool linked to.
+Requests keep the client's `_meta` (minus what belongs to one hop; progress goes to the
+client's current request, `gateway.relay.progress_forwarder`); results have their
+resource URIs rewritten to the exposed form (`prefix+uri`), so a client can read back
+what a tool linked to. An upstream's JSON-RPC errors keep their code and say what the
+client asked for (`relayed_error`).
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
+import re
 from typing import Any, cast
 
 import mcp_types as types
 from mcp.server import ServerRequestContext
+from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from gateway.catalog import expose_uri
 from gateway.relay import connection_of
 
-__all__ = ["expose_block", "expose_result_uris", "forwarded_meta", "progress_forwarder", "rename_contents"]
-
-logger = logging.getLogger(__name__)
+__all__ = [
+    "expose_block",
+    "expose_result_uris",
+    "forwarded_meta",
+    "relayed_error",
+    "rename_contents",
+]
 
 _RESERVED_META_PREFIX = "io.modelcontextprotocol/"
+_MCP_ERROR_PREFIX = re.compile(r"^(?:MCP error -?\d+:\s*)+")
+"""What the TypeScript SDK puts before an error's message; its clients add it again."""
 
 
 def forwarded_meta(ctx: ServerRequestContext[Any, Any]) -> types.RequestParamsMeta | None:
@@ -47,23 +55,6 @@ def forwarded_meta(ctx: ServerRequestContext[Any, Any]) -> types.RequestParamsMe
     if level is not None:
         forwarded[types.LOG_LEVEL_META_KEY] = level
     return cast(types.RequestParamsMeta, forwarded) if forwarded else None
-
-
-def progress_forwarder(current: Callable[[], ServerRequestContext[Any, Any]]) -> Any:
-    """A progress callback for the upstream call that reports on the client's current request.
-
-    Always passed: whether the client asked for progress is known only to the SDK's
-    dispatch context (a token on JSON-RPC transports, a callback in memory), and
-    `report_progress` is a no-op when it did not.
-    """
-
-    async def forward(progress: float, total: float | None, message: str | None) -> None:
-        try:
-            await current().session.report_progress(progress, total, message)
-        except Exception:  # boundary: progress is best effort and must not fail the call
-            logger.debug("could not forward progress", exc_info=True)
-
-    return forward
 
 
 def rename_contents(
@@ -96,3 +87,22 @@ def expose_result_uris(result: Any, prefix: str) -> Any:
     if not any(isinstance(b, types.ResourceLink | types.EmbeddedResource) for b in result.content):
         return result
     return result.model_copy(update={"content": [expose_block(b, prefix) for b in result.content]})
+
+
+def relayed_error(exc: MCPError, renamed: tuple[str, str] | None = None) -> MCPError:
+    """An upstream's JSON-RPC error as the client should see it.
+
+    The message loses the `MCP error <code>: ` prefix a TypeScript server writes into it:
+    the code travels in the error itself, and a client that prints it adds the prefix
+    again (`MCP error -32602: MCP error -32602: ...`). With `renamed` (upstream URI,
+    exposed URI), the message and `data.uri` name the URI the client sent.
+    """
+    message, data = _MCP_ERROR_PREFIX.sub("", exc.message) or exc.message, exc.data
+    if renamed is not None:
+        original, exposed = renamed
+        message = message.replace(original, exposed) if original != exposed else message
+        if isinstance(data, dict) and data.get("uri") == original:
+            data = {**data, "uri": exposed}
+    if (message, data) == (exc.message, exc.data):
+        return exc
+    return MCPError(exc.code, message, data)

@@ -14,6 +14,7 @@ import math
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import anyio
@@ -33,13 +34,14 @@ from gateway.calls.timeout import apply_timeout
 from gateway.calls.validation import ArgumentValidator
 from gateway.catalog import Catalog, Entry, ServerListing, build_catalog
 from gateway.config import ConfigError, GatewayConfig, ServerConfig, validate_plugin_settings
-from gateway.errors import ExecutionError, ToolNotFound
+from gateway.errors import ExecutionError, GatewayError, ToolNotFound
 from gateway.metrics import GatewayMetrics
 from gateway.plugins import PluginManager
 from gateway.recursion import Chain, ChainError, gateway_chain, is_refusal
 from gateway.recursion import starts_gateway as entry_starts_gateway
 from gateway.relay import Relay
 from gateway.settings import Settings
+from gateway.tasks import TaskStatusExtension
 from gateway.upstream import CONNECTED_STATES, LISTED_STATES, Upstream, UpstreamSpec, unavailable_error
 
 __all__ = [
@@ -60,6 +62,7 @@ ChangeKind = str
 ChangeListener = Callable[[set[ChangeKind]], Awaitable[None]]
 ResourceListener = Callable[[str], Awaitable[None]]
 LogListener = Callable[[str, types.LoggingMessageNotificationParams], Awaitable[None]]
+TaskStatusListener = Callable[[str, types.TaskStatusNotificationParams], Awaitable[None]]
 
 
 class RegistrationError(Exception):
@@ -295,8 +298,15 @@ class Registry:
         self.change_listeners: list[ChangeListener] = []
         self.resource_listeners: list[ResourceListener] = []
         self.log_listeners: list[LogListener] = []
+        self.task_status_listeners: list[TaskStatusListener] = []
+        """Told of every `notifications/tasks/status` a server sends (`gateway.tasks`)."""
+        for upstream in self.upstreams.values():
+            upstream.client_extensions.append(TaskStatusExtension(partial(self._task_status, upstream.id)))
         self.listing_filter: Callable[[Sequence[ServerListing]], list[ServerListing]] | None = None
         """Vets listings before they enter the catalog (`gateway.vetting`); None: all pass."""
+        self.withheld: Callable[[str], GatewayError | None] | None = None
+        """The error for a tool that vetting withholds (`ToolVetter.withheld`), so that a call of it
+        says so instead of "no tool by that name"."""
         self._task_group: anyio.abc.TaskGroup | None = None
         self.caller_sessions = CallerSessions(self, lambda: self.task_group)
         """Sessions opened with callers' own tokens (servers with `forward_caller_token: true`)."""
@@ -368,6 +378,10 @@ class Registry:
     ) -> types.InputResponse | types.ErrorData:
         return await self.relay.ask(upstream.id, request)
 
+    async def _task_status(self, server_id: str, params: types.TaskStatusNotificationParams) -> None:
+        for listener in list(self.task_status_listeners):
+            await listener(server_id, params)
+
     # ---- catalog --------------------------------------------------------------
 
     async def revet(self) -> None:
@@ -405,7 +419,7 @@ class Registry:
         A tool of a server that is down (its tools leave the catalog while it is) is still
         found, so that the call chain can wait for the reconnect or say when it is due.
         Raises `UpstreamUnavailable` for a server that is down and whose tools were never
-        seen, else `ToolNotFound` naming close ones.
+        seen, `ToolWithheld` for a tool vetting withholds, else `ToolNotFound` naming close ones.
         """
         entry = self.catalog.tools.get(name) or self._offline_tools.get(name)
         if entry is not None:
@@ -413,6 +427,9 @@ class Registry:
         owner = self.owner_of(name)
         if owner is not None and owner.state not in CONNECTED_STATES:
             raise unavailable_error(owner)
+        withheld = self.withheld(name) if self.withheld is not None else None
+        if withheld is not None:
+            raise withheld
         close = difflib.get_close_matches(name, list(self.catalog.tools), n=3, cutoff=0.5)
         hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         raise ToolNotFound(f"There is no tool named {name!r}.{hint}")

@@ -32,13 +32,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import anyio.abc
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-__all__ = ["Exchange", "ExchangeTable", "Relay", "RelayScope", "connection_of"]
+__all__ = ["Exchange", "ExchangeTable", "Interactions", "Relay", "RelayScope", "connection_of", "progress_forwarder"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +74,9 @@ class Relay:
 
     def __init__(self) -> None:
         self._in_flight: dict[str, list[RelayScope]] = {}
+        self.outgoing: list[Callable[[str, types.InputRequest], types.InputRequest]] = []
+        """Rewrites of a question before the client sees it (`(upstream_id, request) -> request`):
+        the task proxy's own task ids (`gateway.tasks`)."""
 
     @contextmanager
     def scope(
@@ -135,6 +139,8 @@ class Relay:
             return _refuse(
                 f"Server {upstream_id!r} asked for {what}, which the client connected to the gateway does not support."
             )
+        for rewrite in self.outgoing:
+            request = rewrite(upstream_id, request)
         if scope.exchange is not None:
             return await scope.exchange.ask(request)
         if not scope.ctx.session.can_send_request:
@@ -267,3 +273,92 @@ class ExchangeTable:
                 logger.info("abandoning exchange %s: the client did not come back", key)
                 exchange.cancel_scope.cancel()
                 del self._open[key]
+
+
+class Interactions:
+    """Runs requests that an upstream may interrupt with questions for the client.
+
+    Handshake-era clients are asked directly on the request's stream. A 2026-07-28
+    client that declared sampling, elicitation or roots gets an `InputRequiredResult`
+    and resumes with its answers; the upstream call waits in an `Exchange` meanwhile.
+    """
+
+    def __init__(
+        self, relay: Relay, task_group: Callable[[], anyio.abc.TaskGroup], stateless: Callable[[], bool]
+    ) -> None:
+        self.relay = relay
+        self.task_group = task_group
+        """Where exchanges run (the registry's): they outlive the request that started them."""
+        self.stateless = stateless
+        self.exchanges = ExchangeTable()
+
+    async def run(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        params: types.InputResponseRequestParams,
+        upstream_id: str,
+        send: Callable[[Any], Awaitable[Any]],
+    ) -> Any:
+        """`send(progress)` the request to `upstream_id`, relaying its questions; resume it when the
+        client comes back with answers (`params.request_state`)."""
+        if params.request_state is not None and ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            resumed = self.exchanges.take(params.request_state)
+            if resumed is None:
+                where = (
+                    " (behind a load balancer, answers must reach the replica that asked: they are not shared)"
+                    if self.stateless()
+                    else ""
+                )
+                raise MCPError(
+                    types.INVALID_PARAMS, f"Unknown or expired request_state: send the original request again{where}."
+                )
+            resumed.ctx = ctx
+            resumed.answer(params.input_responses)
+            return await self._outcome(resumed)
+
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS or not _may_be_asked(ctx):
+            with self.relay.scope(upstream_id, ctx):
+                return await send(progress_forwarder(lambda: ctx))
+
+        exchange = Exchange(ctx=ctx)
+
+        async def run_call() -> Any:
+            with self.relay.scope(upstream_id, ctx, exchange):
+                return await send(progress_forwarder(lambda: exchange.ctx or ctx))
+
+        self.exchanges.open(exchange)
+        self.task_group().start_soon(exchange.run, run_call)
+        return await self._outcome(exchange)
+
+    async def _outcome(self, exchange: Exchange) -> Any:
+        try:
+            outcome = await exchange.next_outcome()
+        except BaseException:
+            self.exchanges.close(exchange.id)
+            exchange.cancel_scope.cancel()
+            raise
+        if not isinstance(outcome, types.InputRequiredResult):
+            self.exchanges.close(exchange.id)
+        return outcome
+
+
+def _may_be_asked(ctx: ServerRequestContext[Any, Any]) -> bool:
+    caps = ctx.session.client_capabilities
+    return caps is not None and (caps.sampling is not None or caps.elicitation is not None or caps.roots is not None)
+
+
+def progress_forwarder(current: Callable[[], ServerRequestContext[Any, Any]]) -> Any:
+    """A progress callback for the upstream call that reports on the client's current request.
+
+    Always passed: whether the client asked for progress is known only to the SDK's
+    dispatch context (a token on JSON-RPC transports, a callback in memory), and
+    `report_progress` is a no-op when it did not.
+    """
+
+    async def forward(progress: float, total: float | None, message: str | None) -> None:
+        try:
+            await current().session.report_progress(progress, total, message)
+        except Exception:  # boundary: progress is best effort and must not fail the call
+            logger.debug("could not forward progress", exc_info=True)
+
+    return forward

@@ -3,9 +3,9 @@
 Built on the SDK's low-level `Server`, which speaks both protocol eras: the
 handshake era (`initialize`, up to 2025-11-25) and the 2026-07-28 era
 (`server/discover`, per-request envelopes). Handlers look names up in the
-registry's catalog and forward the request to the owning upstream; change
-notifications go out on both eras' channels (connection notifications for
-handshake-era clients, `subscriptions/listen` streams for 2026-07-28 clients).
+registry's catalog and forward the request to the owning upstream. Change
+notifications (`gateway.notifications`), requests an upstream interrupts with questions
+(`gateway.relay.Interactions`) and MCP tasks (`gateway.tasks`) have modules of their own.
 """
 
 from __future__ import annotations
@@ -26,12 +26,7 @@ from mcp.server.models import InitializationOptions
 from mcp.server.runner import serve_dual_era_loop
 from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import (
-    InMemorySubscriptionBus,
     ListenHandler,
-    PromptsListChanged,
-    ResourcesListChanged,
-    ResourceUpdated,
-    ServerEvent,
     ToolsListChanged,
 )
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
@@ -52,12 +47,13 @@ from gateway.exposure import (
 from gateway.http_guard import forwardable_token, principal_in
 from gateway.limits import cap_result, check_arguments, check_session_calls
 from gateway.metrics import SearchStatus
+from gateway.notifications import Notifications
 from gateway.pagination import page
 from gateway.passthrough import (
     expose_block,
     expose_result_uris,
     forwarded_meta,
-    progress_forwarder,
+    relayed_error,
     rename_contents,
 )
 from gateway.records.callers import CallerIds
@@ -65,12 +61,13 @@ from gateway.records.feedback import FEEDBACK_TOOL, feedback_tool_result
 from gateway.records.model import EXECUTION_ID_NOTE, FEEDBACK_TOKEN_META_KEY
 from gateway.records.recorder import CLIENT_NOTE, SESSION_NOTE
 from gateway.registry import ChangeKind, Registry
-from gateway.relay import Exchange, ExchangeTable, connection_of
+from gateway.relay import Interactions, connection_of
 from gateway.router.base import SearchHit
 from gateway.router.service import RouterService
-from gateway.scopes import server_visible, tool_not_found, visible, visible_names
+from gateway.scopes import server_visible, tool_not_found, tool_visible, visible, visible_names
 from gateway.security_config import AuthConfig, SecurityConfig
 from gateway.settings import Settings
+from gateway.tasks import TaskProxy
 from gateway.upstream import Upstream, cancel_when, gateway_version
 
 if TYPE_CHECKING:
@@ -87,11 +84,13 @@ _INSTRUCTIONS = (
 )
 RESOURCE_NOT_FOUND = -32002
 """The MCP specification's error code for an unknown resource URI."""
-_LEVELS: list[types.LoggingLevel] = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
 
 
 class _GatewayLowLevelServer(Server[Any]):
-    """A low-level server whose handshake advertises list_changed for everything we proxy."""
+    """A low-level server whose handshake advertises list_changed for everything we proxy, and
+    tasks as far as the gateway can honour them at the time of the handshake (`gateway.tasks`)."""
+
+    tasks_capability: Callable[[], types.ServerTasksCapability | None] = staticmethod(lambda: None)
 
     def create_initialization_options(
         self,
@@ -99,12 +98,14 @@ class _GatewayLowLevelServer(Server[Any]):
         experimental_capabilities: dict[str, dict[str, Any]] | None = None,
         extensions: dict[str, dict[str, Any]] | None = None,
     ) -> InitializationOptions:
-        return super().create_initialization_options(
+        options = super().create_initialization_options(
             notification_options
             or NotificationOptions(prompts_changed=True, resources_changed=True, tools_changed=True),
             experimental_capabilities,
             extensions,
         )
+        options.capabilities.tasks = self.tasks_capability()
+        return options
 
 
 class GatewayServer:
@@ -134,11 +135,9 @@ class GatewayServer:
         self.security = security or SecurityConfig()
         self._session_calls: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self._session_tools: weakref.WeakKeyDictionary[Any, SessionTools] = weakref.WeakKeyDictionary()
-        self.bus = InMemorySubscriptionBus()
-        self.exchanges = ExchangeTable()
-        self._listen = ListenHandler(self.bus)
-        self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
-        self._subscribers: dict[str, weakref.WeakSet[Any]] = {}
+        self.notifications = Notifications(registry.relay)
+        self.interactions = Interactions(registry.relay, lambda: registry.task_group, lambda: self.stateless)
+        self._listen = ListenHandler(self.notifications.bus)
         self._all_settled = False
         with warnings.catch_warnings():
             # The handshake era's logging/setLevel is deprecated at 2026-07-28 but still
@@ -161,13 +160,17 @@ class GatewayServer:
                 on_completion=self._complete,
                 on_set_logging_level=self._set_logging_level,
             )
+        self.tasks = TaskProxy(registry, self._prepare_call, lambda: self.stateless)
+        self.tasks.install(self.server, self.notifications.notify)
+        self.server.tasks_capability = self.tasks.capability
+        registry.task_status_listeners.append(self.tasks.on_status)
         if router is not None:
             registry.metrics.watch_router(router)
         self.server.middleware.append(self._track_connection)
         self.server.instructions = self._instructions()
         registry.change_listeners.append(self._on_catalog_change)
-        registry.resource_listeners.append(self._on_resource_updated)
-        registry.log_listeners.append(self._on_upstream_log)
+        registry.resource_listeners.append(self.notifications.resource_updated)
+        registry.log_listeners.append(self.notifications.upstream_log)
 
     # ---- connections and notifications -----------------------------------------
 
@@ -179,10 +182,7 @@ class GatewayServer:
         """
         if ctx.method in ("initialize", "server/discover"):
             await self._settled()
-        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
-            connection = connection_of(ctx)
-            if connection is not None:
-                self._connections.add(connection)
+        self.notifications.remember(ctx)
         return await call_next(ctx)
 
     def _instructions(self) -> str:
@@ -196,55 +196,7 @@ class GatewayServer:
 
     async def _on_catalog_change(self, kinds: set[ChangeKind]) -> None:
         self.server.instructions = self._instructions()
-        events: dict[str, ServerEvent] = {
-            "tools": ToolsListChanged(),
-            "prompts": PromptsListChanged(),
-            "resources": ResourcesListChanged(),
-        }
-        for kind in sorted(kinds):
-            await self.bus.publish(events[kind])
-            for connection in list(self._connections):
-                await self._notify(connection, f"notifications/{kind}/list_changed", None)
-
-    async def _on_resource_updated(self, uri: str) -> None:
-        await self.bus.publish(ResourceUpdated(uri=uri))
-        for connection in list(self._subscribers.get(uri, ())):
-            await self._notify(connection, "notifications/resources/updated", {"uri": uri})
-
-    async def _on_upstream_log(self, server_id: str, params: types.LoggingMessageNotificationParams) -> None:
-        """Forward a log message to the client it concerns, and never to another one.
-
-        Inside a request it goes to that request. Outside of any request it goes to the
-        client only when exactly one handshake-era client is connected (the desktop
-        case); with several, an upstream's log lines stay in the gateway's own log.
-        """
-        logger_name = f"{server_id}/{params.logger}" if params.logger else server_id
-        scope = self.registry.relay.find(server_id)
-        if scope is not None:
-            ctx = scope.exchange.ctx if scope.exchange is not None and scope.exchange.ctx else scope.ctx
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", MCPDeprecationWarning)
-                    await ctx.session.send_log_message(params.level, params.data, logger_name, ctx.request_id)
-            except Exception:  # noqa: BLE001 - boundary: a log line must never fail the request it belongs to
-                logger.debug("could not forward a log message from %r", server_id, exc_info=True)
-            return
-        connections = list(self._connections)
-        if self.registry.relay.busy(server_id) or len(connections) != 1:
-            logger.debug("log message from %r kept local (no single client to send it to): %s", server_id, params.data)
-            return
-        connection = connections[0]
-        minimum = connection.state.get("log_level", "debug")
-        if _LEVELS.index(params.level) >= _LEVELS.index(minimum):
-            message = {"level": params.level, "data": params.data, "logger": logger_name}
-            await self._notify(connection, "notifications/message", message)
-
-    async def _notify(self, connection: Any, method: str, params: dict[str, Any] | None) -> None:
-        try:
-            await connection.notify(method, params)
-        except Exception:  # boundary: a gone client must not stop notifications to the others
-            logger.debug("dropping a connection that could not take %s", method, exc_info=True)
-            self._connections.discard(connection)
+        await self.notifications.lists_changed(kinds)
 
     async def _settled(self) -> None:
         """Let a list request made right after start-up wait (bounded) for servers still connecting.
@@ -284,6 +236,9 @@ class GatewayServer:
         """What `tools/list` shows this client, by exposure mode (see `gateway.exposure`)."""
         principal = principal_in(ctx.request)
         catalog = {n: e for n, e in self.registry.catalog.tools.items() if visible(principal, e)}
+        usable = self.tasks.usable(ctx)
+        self.tasks.note_hidden(ctx, [n for n, e in catalog.items() if not usable(e.item)])
+        catalog = {n: e for n, e in catalog.items() if usable(e.item)}
         mode = mode_for(ctx.request, self.settings.routing.mode)
         own = [FEEDBACK_TOOL] if self.records is not None and FEEDBACK_TOOL.name not in catalog else []
         if mode == "all":
@@ -306,9 +261,9 @@ class GatewayServer:
         try:
             if self.records is not None:
                 notes[SESSION_NOTE], notes[CLIENT_NOTE] = self.callers.of(ctx, stateless=self.stateless)
-            await self._owner_settled(params.name)
-            self._check_call(ctx, params)
-            upstream, _entry = self.registry.tool(params.name)
+            await self._prepare_call(ctx, params)
+            upstream, entry = self.registry.tool(params.name)
+            self.tasks.check_callable(ctx, params.name, entry.item)
             token = forwardable_token(ctx.request)
 
             async def send(progress: Any) -> Any:
@@ -323,7 +278,9 @@ class GatewayServer:
                 capped = cap_result(expose_result_uris(result, upstream.spec.prefix), self.security.limits)
                 return _with_feedback_token(capped, notes)
 
-            return await self._interactive(ctx, params, upstream, send)
+            return await self.interactions.run(ctx, params, upstream.id, send)
+        except MCPError as exc:  # a protocol error the upstream sent stays one
+            raise relayed_error(exc) from None
         except GatewayError as exc:
             if self.records is not None and EXECUTION_ID_NOTE not in notes:  # refused before the call chain
                 owner = self.registry.owner_of(params.name)
@@ -337,6 +294,11 @@ class GatewayServer:
                 )
             return _with_feedback_token(error_result(exc), notes)
 
+    async def _prepare_call(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> None:
+        """Before a call goes upstream (as a task too): wait for its server at start-up, then check it."""
+        await self._owner_settled(params.name)
+        self._check_call(ctx, params)
+
     def _check_call(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> None:
         """Scope, session call count and argument size, before the call goes upstream (`gateway.scopes`,
         `gateway.limits`)."""
@@ -346,8 +308,8 @@ class GatewayServer:
         owner = self.registry.owner_of(params.name)
         if entry is not None:
             hidden = not visible(principal, entry)
-        elif owner is not None:
-            hidden = not server_visible(principal, owner.id)
+        elif owner is not None:  # a server that is down, or a withheld tool: may this caller know of it?
+            hidden = not tool_visible(principal, owner.id, params.name)
         else:
             hidden = True  # unknown: the same error, with hints from what this caller may see
         if hidden:
@@ -372,7 +334,8 @@ class GatewayServer:
         except ArgumentError as exc:
             return error_result(InvalidArguments(str(exc)))
         session_id, _ = self.callers.of(ctx, stateless=self.stateless)
-        hits = await self.search(query, limit, principal_in(ctx.request), session_id=session_id)
+        principal, usable = principal_in(ctx.request), self.tasks.usable(ctx)
+        hits = await self.search(query, limit, principal, session_id=session_id, usable=usable)
         if mode_for(ctx.request, self.settings.routing.mode) == "dynamic" and not self.stateless:
             await self._grow_session(ctx, [h.name for h in hits])
         payload = [tool_payload(hit) for hit in hits]
@@ -382,25 +345,32 @@ class GatewayServer:
         )
 
     async def search(
-        self, query: str, limit: int, principal: Principal | None = None, *, session_id: str | None = None
+        self,
+        query: str,
+        limit: int,
+        principal: Principal | None = None,
+        *,
+        session_id: str | None = None,
+        usable: Callable[[types.Tool], bool] | None = None,
     ) -> list[SearchHit]:
         """Rank the catalog for a query, and log it as one line (no query text: it may be private).
 
-        Only what `principal` may see is ranked: the router is asked for as many more
-        results as there are hidden tools, and the hidden ones are dropped. With records
-        on, the search is recorded, and calls of its tools by the same session or caller
-        are tied to it.
+        Only what `principal` may see, and what `usable` keeps (tools the client can run), is
+        ranked: the router is asked for as many more results as there are hidden tools, and
+        the hidden ones are dropped. With records on, the search is recorded, and calls of its
+        tools by the same session or caller are tied to it.
         """
         if self.router is None:
             raise GatewayError("Tool search is not available on this gateway.")
         started = time.perf_counter()
         tools = self.registry.catalog.tools
-        hidden = len(tools) - len(visible_names(principal, tools))
+        shown = {n for n in visible_names(principal, tools) if usable is None or usable(tools[n].item)}
+        hidden = len(tools) - len(shown)
         status: SearchStatus = "error"
         try:
             hits = await self.router.search(query, limit + hidden, self.settings.routing.threshold)
             if hidden:
-                hits = [h for h in hits if h.name in tools and visible(principal, tools[h.name])][:limit]
+                hits = [h for h in hits if h.name in shown][:limit]
             status = "success"
         except TimeoutError:
             status = "timeout"
@@ -427,9 +397,9 @@ class GatewayServer:
             found = self._session_tools[connection] = SessionTools(self.settings.routing.dynamic_max_tools)
         if found.add(names):
             if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-                await self.bus.publish(ToolsListChanged())
+                await self.notifications.bus.publish(ToolsListChanged())
             else:
-                await self._notify(connection, "notifications/tools/list_changed", None)
+                await self.notifications.notify(connection, "notifications/tools/list_changed", None)
 
     # ---- prompts ----------------------------------------------------------------
 
@@ -464,7 +434,7 @@ class GatewayServer:
             ]
             return result.model_copy(update={"messages": messages})
 
-        return await self._as_protocol_error(self._interactive(ctx, params, upstream, send))
+        return await self._as_protocol_error(self.interactions.run(ctx, params, upstream.id, send))
 
     # ---- resources ----------------------------------------------------------------
 
@@ -508,7 +478,9 @@ class GatewayServer:
             )
             return rename_contents(result, original, params.uri, upstream.spec.prefix)
 
-        return await self._as_protocol_error(self._interactive(ctx, params, upstream, send))
+        return await self._as_protocol_error(
+            self.interactions.run(ctx, params, upstream.id, send), (original, params.uri)
+        )
 
     async def _subscribe(
         self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams
@@ -521,22 +493,17 @@ class GatewayServer:
                 "resource again when you need it, or listen with subscriptions/listen (2026-07-28 clients).",
             )
         upstream, original = self._resource(params.uri, ctx)
-        await self._as_protocol_error(upstream.subscribe(original))
+        await self._as_protocol_error(upstream.subscribe(original), (original, params.uri))
         connection = connection_of(ctx)
         if connection is not None:
-            self._subscribers.setdefault(params.uri, weakref.WeakSet()).add(connection)
+            self.notifications.subscribe(params.uri, connection)
         return types.EmptyResult()
 
     async def _unsubscribe(
         self, ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams
     ) -> types.EmptyResult:
         upstream, original = self._resource(params.uri, ctx)
-        subscribers = self._subscribers.get(params.uri)
-        connection = connection_of(ctx)
-        if subscribers is not None and connection is not None:
-            subscribers.discard(connection)
-        if not subscribers:
-            self._subscribers.pop(params.uri, None)
+        if self.notifications.unsubscribe(params.uri, connection_of(ctx)):
             await self._as_protocol_error(upstream.unsubscribe(original))
         return types.EmptyResult()
 
@@ -595,65 +562,15 @@ class GatewayServer:
 
     # ---- shared machinery ---------------------------------------------------------
 
-    async def _as_protocol_error(self, awaitable: Awaitable[Any]) -> Any:
-        """Outside tools/call there is no error result: gateway errors become JSON-RPC errors."""
+    async def _as_protocol_error(self, awaitable: Awaitable[Any], renamed: tuple[str, str] | None = None) -> Any:
+        """Outside tools/call there is no error result: gateway errors become JSON-RPC errors, and the
+        upstream's own pass as `relayed_error`s (`renamed`: its URI and the one the client sent)."""
         try:
             return await awaitable
+        except MCPError as exc:
+            raise relayed_error(exc, renamed) from None
         except GatewayError as exc:
             raise MCPError(types.INTERNAL_ERROR, exc.message, {"code": exc.code, "server": exc.server}) from None
-
-    async def _interactive(
-        self,
-        ctx: ServerRequestContext[Any, Any],
-        params: types.InputResponseRequestParams,
-        upstream: Upstream,
-        send: Callable[[Any], Awaitable[Any]],
-    ) -> Any:
-        """Run a request that an upstream may interrupt with questions for the client.
-
-        Handshake-era clients are asked directly on the request's stream. A 2026-07-28
-        client that declared sampling, elicitation or roots gets an `InputRequiredResult`
-        and resumes with its answers; the upstream call waits in an `Exchange` meanwhile.
-        """
-        if params.request_state is not None and ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            resumed = self.exchanges.take(params.request_state)
-            if resumed is None:
-                where = (
-                    " (behind a load balancer, answers must reach the replica that asked: they are not shared)"
-                    if self.stateless
-                    else ""
-                )
-                raise MCPError(
-                    types.INVALID_PARAMS, f"Unknown or expired request_state: send the original request again{where}."
-                )
-            resumed.ctx = ctx
-            resumed.answer(params.input_responses)
-            return await self._outcome(resumed)
-
-        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS or not _may_be_asked(ctx):
-            with self.registry.relay.scope(upstream.id, ctx):
-                return await send(progress_forwarder(lambda: ctx))
-
-        exchange = Exchange(ctx=ctx)
-
-        async def run_call() -> Any:
-            with self.registry.relay.scope(upstream.id, ctx, exchange):
-                return await send(progress_forwarder(lambda: exchange.ctx or ctx))
-
-        self.exchanges.open(exchange)
-        self.registry.task_group.start_soon(exchange.run, run_call)
-        return await self._outcome(exchange)
-
-    async def _outcome(self, exchange: Exchange) -> Any:
-        try:
-            outcome = await exchange.next_outcome()
-        except BaseException:
-            self.exchanges.close(exchange.id)
-            exchange.cancel_scope.cancel()
-            raise
-        if not isinstance(outcome, types.InputRequiredResult):
-            self.exchanges.close(exchange.id)
-        return outcome
 
     # ---- transports ----------------------------------------------------------------
 
@@ -670,11 +587,6 @@ def _with_feedback_token(result: Any, notes: dict[str, Any]) -> Any:
     if execution_id is None or not isinstance(result, types.CallToolResult):
         return result
     return result.model_copy(update={"meta": {**(result.meta or {}), FEEDBACK_TOKEN_META_KEY: execution_id}})
-
-
-def _may_be_asked(ctx: ServerRequestContext[Any, Any]) -> bool:
-    caps = ctx.session.client_capabilities
-    return caps is not None and (caps.sampling is not None or caps.elicitation is not None or caps.roots is not None)
 
 
 async def serve_stdio(gateway: GatewayServer, *, stop: anyio.Event) -> None:

@@ -28,6 +28,7 @@ from typing import Any, Literal, Protocol, TextIO
 import anyio
 import mcp_types as types
 from mcp import Client, StdioServerParameters
+from mcp.client.extension import ClientExtension
 from mcp.client.session import ClientRequestContext
 from mcp.client.sse import sse_client
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
@@ -201,6 +202,8 @@ class Upstream:
         """When the next reconnection attempt is due, while the server is failed."""
         self.stderr_tail: list[str] = []
         """The last lines a stdio server wrote to stderr."""
+        self.client_extensions: list[ClientExtension] = []
+        """SDK client extensions every session to this server gets (the registry's task status binding)."""
 
     @property
     def id(self) -> str:
@@ -425,6 +428,7 @@ class Upstream:
             message_handler=self._on_message,
             client_info=types.Implementation(name="mcp-gateway", version=gateway_version()),
             read_timeout_seconds=None,
+            extensions=list(self.client_extensions) or None,
         )
 
     def redact(self, text: str) -> str:
@@ -452,6 +456,11 @@ class Upstream:
     @property
     def connected(self) -> bool:
         return self._client is not None and self.state in CONNECTED_STATES
+
+    @property
+    def server_capabilities(self) -> types.ServerCapabilities | None:
+        """What the server declared on the current connection (None while not connected)."""
+        return self._client.server_capabilities if self._client is not None else None
 
     def eta(self) -> float:
         """Seconds until this server may be connected again: 0 if it is or is connecting, inf if never."""

@@ -10,7 +10,8 @@ The registry passes every rebuild's listings through `ToolVetter.vet`. Per tool:
   `quarantine` withholds the tool until it is approved.
 
 What was found is kept in `reports` (per exposed name) for `mcp-gateway check`, and
-logged once per tool and fingerprint.
+logged once per tool and fingerprint. A call of a withheld tool gets `tool_withheld`
+(`withheld`), saying why and the command that approves it, not "no tool by that name".
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import anyio
 import mcp_types as types
 
 from gateway.catalog import ServerListing, expose_name
+from gateway.errors import ToolWithheld
 from gateway.injection import Finding, scan, strip_findings
 from gateway.integrity import IntegrityStore, fingerprint
 from gateway.security_config import SecurityConfig
@@ -101,6 +103,24 @@ class ToolVetter:
             vetted.append(replace(listing, tools=kept))
         self.reports = reports
         return vetted
+
+    def withheld(self, name: str) -> ToolWithheld | None:
+        """The error for a call of `name` when vetting withholds it (None when it does not)."""
+        report = self.reports.get(name)
+        if report is None or report.action != "withheld":
+            return None
+        if report.changed and self.config.tool_changes == "block":
+            why, reason = "its definition (description or input schema) changed since it was approved", "changed"
+        else:
+            why, reason = "its description contains text that looks like instructions to a model", "suspicious"
+        command = f"mcp-gateway tools approve {name}"
+        return ToolWithheld(
+            f"Tool {name!r} is withheld by the gateway: {why}, and the gateway's security policy holds such "
+            f"tools back until an operator reviews them. It cannot be called now; an operator can approve it "
+            f"with `{command}` (it is then served again within seconds). Use another tool meanwhile.",
+            server=report.server,
+            details={"reason": reason, "approve_command": command},
+        )
 
     def _scan(self, tool: types.Tool, fp: str, others: tuple[str, ...]) -> list[Finding]:
         """Scan a description, remembering the result per definition and set of other tools."""

@@ -22,6 +22,7 @@ from gateway.errors import (
     ExceededRetries,
     GatewayError,
     InvalidArguments,
+    OutcomeUnknown,
     UpstreamTimeout,
     UpstreamUnavailable,
 )
@@ -188,11 +189,19 @@ async def test_a_failure_before_sending_is_retried_even_for_a_non_idempotent_too
     assert script.calls == 3
 
 
+async def test_a_non_idempotent_call_lost_after_a_retry_sent_it_is_outcome_unknown_not_exceeded_retries() -> None:
+    script = Script(UpstreamUnavailable("not connected"), UpstreamUnavailable("died", sent=True))
+    with pytest.raises(OutcomeUnknown) as caught:
+        await compose([retries()])(make_call(script, idempotent=False))
+    assert script.calls == 2 and caught.value.details["attempts"] == 2
+
+
 async def test_after_sending_only_an_idempotent_tool_is_retried() -> None:
     script = Script(UpstreamUnavailable("died", sent=True))
-    with pytest.raises(UpstreamUnavailable, match="died"):
+    with pytest.raises(OutcomeUnknown, match="may or may not have run") as caught:
         await compose([retries()])(make_call(script, idempotent=False))
-    assert script.calls == 1
+    assert script.calls == 1 and caught.value.code == "outcome_unknown"
+    assert caught.value.details == {"attempts": 1, "cause": "died"}
     script = Script(UpstreamUnavailable("died", sent=True))
     assert await compose([retries()])(make_call(script, idempotent=True)) == OK
     assert script.calls == 2

@@ -64,6 +64,7 @@ async def vetted(tmp_path: Path, **security: Any) -> AsyncIterator[tuple[Client,
     policy = SecurityConfig(**security)
     vetter = ToolVetter(IntegrityStore.in_dir(settings.data_dir), policy)
     registry.listing_filter = vetter.vet
+    registry.withheld = vetter.withheld
     with anyio.fail_after(60):
         async with registry.running():
             await registry.wait_settled()
@@ -90,18 +91,28 @@ async def rug_pull(client: Client, registry: Registry) -> None:
     registry.change_listeners.remove(on_change)
 
 
-async def test_a_tool_that_changes_between_two_list_calls_is_withheld_under_block(tmp_path: Path) -> None:
+async def test_a_tool_that_changes_between_two_list_calls_is_withheld_under_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     async with vetted(tmp_path, tool_changes="block") as (client, registry, vetter):
         assert (await descriptions(client))["poisoned__weather"] == HONEST
         await rug_pull(client, registry)
         assert "poisoned__weather" not in await descriptions(client)
         report = vetter.reports["poisoned__weather"]
         assert report.changed and report.action == "withheld"
-        result = await client.call_tool("poisoned__weather", {"city": "Paris"})
-        assert result.is_error and (result.meta or {})[ERROR_META_KEY]["code"] == "tool_not_found"
 
-        (stored,) = IntegrityStore.in_dir(tmp_path / "data").find("poisoned__weather")
-        IntegrityStore.in_dir(tmp_path / "data").approve(stored)  # as `mcp-gateway tools approve` does
+        result = await client.call_tool("poisoned__weather", {"city": "Paris"})
+        assert result.is_error and result.meta is not None
+        error = result.meta[ERROR_META_KEY]
+        assert error["code"] == "tool_withheld" and error["reason"] == "changed"
+        text = result.content[0].text  # type: ignore[union-attr]
+        assert "withheld" in text and "definition" in text and "changed" in text
+        assert error["approve_command"] == "mcp-gateway tools approve poisoned__weather"
+        assert f"`{error['approve_command']}`" in text
+
+        # The command the message names is the one that releases the tool.
+        monkeypatch.setenv("GATEWAY_DATA_DIR", str(tmp_path / "data"))
+        assert run(error["approve_command"].split()[1:]) == 0
         changed = anyio.Event()
 
         async def on_change(kinds: set[str]) -> None:
@@ -114,6 +125,7 @@ async def test_a_tool_that_changes_between_two_list_calls_is_withheld_under_bloc
                 await changed.wait()
             tg.cancel_scope.cancel()
         assert (await descriptions(client))["poisoned__weather"] == RUG
+        assert not (await client.call_tool("poisoned__weather", {"city": "Paris"})).is_error
 
 
 async def test_a_changed_tool_is_flagged_but_listed_under_warn(tmp_path: Path) -> None:
@@ -134,6 +146,11 @@ async def test_a_poisoned_description_is_flagged_stripped_or_quarantined(tmp_pat
         assert "poisoned__add" not in await descriptions(client)
         assert "poisoned__weather" in await descriptions(client)
         assert vetter.reports["poisoned__add"].action == "withheld"
+        result = await client.call_tool("poisoned__add", {"a": 1, "b": 2})
+        assert result.is_error and result.meta is not None
+        assert result.meta[ERROR_META_KEY]["code"] == "tool_withheld"
+        assert result.meta[ERROR_META_KEY]["reason"] == "suspicious"
+        assert "mcp-gateway tools approve poisoned__add" in result.content[0].text  # type: ignore[union-attr]
 
 
 async def test_an_approved_quarantined_tool_is_released(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,6 +20,7 @@ import pytest
 from mcp import Client, MCPError
 from mcp.shared.exceptions import MCPDeprecationWarning
 
+from gateway.passthrough import relayed_error
 from tests.conftest import (
     DEMO_SERVER,
     gateway_over_http,
@@ -29,6 +30,7 @@ from tests.conftest import (
     three_upstream_config,
     write_config,
 )
+from tests.everything import everything_command
 
 pytestmark = pytest.mark.anyio
 
@@ -369,3 +371,39 @@ async def test_a_cancelled_call_is_cancelled_at_the_upstream_too(connect: Connec
                 assert marker.read_text() == "cancelled"
                 result = await client.call_tool(f"{server}__echo", {"text": "still fine"})
                 assert result.content[0].text == "still fine"  # type: ignore[union-attr]
+
+
+async def test_a_prompt_error_of_a_typescript_upstream_keeps_its_code_and_has_no_second_prefix(
+    tmp_path: Path,
+) -> None:
+    command = everything_command()
+    config = write_config(tmp_path / "gateway.yaml", f"mcps:\n  every:\n    command: {command}\n    args: [stdio]\n")
+    with anyio.fail_after(60):
+        async with gateway_over_stdio(config, tmp_path) as client:
+            with pytest.raises(MCPError) as raised:
+                await client.get_prompt("every__args-prompt", {})
+    # The TypeScript server writes "MCP error -32602: " into its message; a TypeScript
+    # client adds it again. The gateway passes the code and the server's words only.
+    assert raised.value.code == types.INVALID_PARAMS
+    assert raised.value.message.startswith("Invalid arguments for prompt args-prompt"), raised.value.message
+    assert "MCP error" not in raised.value.message
+
+
+async def test_a_resource_error_of_an_upstream_names_the_uri_the_client_sent(connect: Connect) -> None:
+    with anyio.fail_after(60):
+        async with connect() as client:
+            for server in ("child", "web"):
+                with pytest.raises(MCPError) as raised:
+                    await client.read_resource(f"{server}+demo://nope")
+                assert raised.value.message == f"Unknown resource: {server}+demo://nope"
+                assert raised.value.data == {"uri": f"{server}+demo://nope"}
+
+
+def test_relayed_error_drops_the_typescript_prefix_and_names_the_exposed_uri() -> None:
+    doubled = MCPError(types.INVALID_PARAMS, "MCP error -32602: MCP error -32602: bad city")
+    assert (relayed_error(doubled).code, relayed_error(doubled).message) == (types.INVALID_PARAMS, "bad city")
+    missing = MCPError(-32002, "Resource demo://x not found", {"uri": "demo://x"})
+    renamed = relayed_error(missing, ("demo://x", "web+demo://x"))
+    assert (renamed.message, renamed.data) == ("Resource web+demo://x not found", {"uri": "web+demo://x"})
+    plain = MCPError(types.INVALID_PARAMS, "MCP error handling is fine here")
+    assert relayed_error(plain) is plain

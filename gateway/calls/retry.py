@@ -5,6 +5,9 @@
 - Once the request was sent (the connection died mid-call), only tools annotated
   `readOnlyHint` or `idempotentHint`, or listed in the server's `retry_tools`, are retried.
 - A timeout is not retried: the call already had its whole time.
+- A call that was sent and then lost with its connection, and is not retried, ends in
+  `OutcomeUnknown` (`outcome_unknown`): it may have run, so the model is told to check
+  before calling it again, never just to try again.
 Attempts and total time are bounded; between attempts the backoff is exponential with
 jitter, and a server that is reconnecting is waited for rather than hammered.
 """
@@ -19,7 +22,7 @@ import mcp_types as types
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential_jitter
 
 from gateway.calls.chain import CallHandler, ToolCall
-from gateway.errors import ExceededRetries, GatewayError, UpstreamUnavailable
+from gateway.errors import ExceededRetries, GatewayError, OutcomeUnknown, UpstreamUnavailable
 
 __all__ = ["Retries"]
 
@@ -61,6 +64,9 @@ class Retries:
             return await call_next(call)
         except GatewayError as exc:
             if self.attempts < 2 or not self.retryable(call, exc, time.monotonic() - started):
+                unknown = _outcome_unknown(call, exc, 1)
+                if unknown is not None:
+                    raise unknown from None
                 raise
             return await self._retry(call, call_next, started, exc)
 
@@ -87,6 +93,9 @@ class Retries:
                         last = exc
                         raise
         except GatewayError as exc:
+            unknown = _outcome_unknown(call, exc, tries)
+            if unknown is not None:
+                raise unknown from None
             raise ExceededRetries(
                 f"Gave up on {call.name!r} after {tries} attempts in {time.monotonic() - started:.1f} s. "
                 f"Last error: {exc.message}",
@@ -95,3 +104,19 @@ class Retries:
                 details={"attempts": tries, "last_code": exc.code},
             ) from None
         raise AssertionError("unreachable: tenacity either returns, or raises with reraise=True")
+
+
+def _outcome_unknown(call: ToolCall, exc: GatewayError, attempts: int) -> OutcomeUnknown | None:
+    """For a non-idempotent call lost after it was sent: the error that says it may have run."""
+    if not isinstance(exc, UpstreamUnavailable) or isinstance(exc, OutcomeUnknown) or not exc.sent:
+        return None
+    if call.idempotent:
+        return None
+    return OutcomeUnknown(
+        f"Server {call.server!r} failed after {call.name!r} was sent to it, so the call may or may not "
+        "have run. It was not retried, because the tool is not marked as safe to repeat. Check "
+        "whether its effect happened (read the state it changes) before calling it again.",
+        server=call.server,
+        sent=True,
+        details={"attempts": attempts, "cause": exc.message},
+    )
