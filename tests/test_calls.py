@@ -132,6 +132,23 @@ async def test_a_call_past_its_timeout_is_cancelled_with_upstream_timeout() -> N
     assert cancelled.is_set() and caught.value.details == {"timeout_seconds": 0.05}
 
 
+@pytest.mark.parametrize(
+    ("idempotent", "advice"),
+    [(True, "Try again later"), (False, "check whether its effect happened")],
+)
+async def test_a_timeout_tells_the_model_to_check_before_repeating_a_tool_that_is_not_safe_to_repeat(
+    idempotent: bool, advice: str
+) -> None:
+    async def hang(arguments: dict[str, Any] | None) -> types.CallToolResult:
+        await anyio.sleep(math.inf)
+        raise AssertionError("unreachable")
+
+    with pytest.raises(UpstreamTimeout) as caught:
+        await compose([apply_timeout])(make_call(hang, idempotent=idempotent, timeout=0.05))
+    assert advice in caught.value.message
+    assert ("Try again" in caught.value.message) is idempotent
+
+
 # ---- circuit breaker ----------------------------------------------------------------------------
 
 

@@ -20,8 +20,18 @@ async def apply_timeout(call: ToolCall, call_next: CallHandler) -> types.CallToo
     except TimeoutError:
         raise UpstreamTimeout(
             f"Server {call.server!r} did not finish {call.name!r} within {call.timeout:g} s; the call was "
-            "cancelled. Try again later, or with arguments that ask for less work.",
+            f"cancelled. {_what_next(call)}",
             server=call.server,
             sent=True,
             details={"timeout_seconds": call.timeout},
         ) from None
+
+
+def _what_next(call: ToolCall) -> str:
+    """A tool that is safe to repeat may simply be tried again; any other may have done its work already."""
+    if call.idempotent:
+        return "Try again later, or with arguments that ask for less work."
+    return (
+        "It may have run in part or in full before it was cancelled, and the tool is not marked as safe "
+        "to repeat: check whether its effect happened (read the state it changes) before calling it again."
+    )
