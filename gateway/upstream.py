@@ -13,10 +13,8 @@ from __future__ import annotations
 import fnmatch
 import logging
 import math
-import os
 import random
 import sys
-import threading
 import time
 import warnings
 from collections.abc import Awaitable, Callable, Mapping
@@ -37,9 +35,11 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from gateway.catalog import ServerListing
 from gateway.errors import UpstreamTimeout, UpstreamUnauthorized, UpstreamUnavailable
+from gateway.listing import Unsupported, fetch_listing, method_not_found, unsupported_answer
 from gateway.listing_cache import fingerprint, load_listing, save_listing
 from gateway.stdio_child import stdio_child
 from gateway.transports import http_transport, watched
+from gateway.upstream_logs import StderrLog
 
 __all__ = [
     "CONNECTED_STATES",
@@ -56,7 +56,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-stderr_logger = logging.getLogger("gateway.upstream.stderr")
 
 ServerState = Literal["starting", "ready", "degraded", "idle", "failed", "disabled", "stopped"]
 CONNECTED_STATES = ("ready", "degraded")
@@ -65,8 +64,6 @@ LISTED_STATES = (*CONNECTED_STATES, "idle")
 """States whose listing is in the catalog: an `idle` on-demand server starts on its first call."""
 Transport = Literal["memory", "stdio", "http", "sse"]
 
-STDERR_TAIL = 20
-"""How many of a stdio server's last stderr lines are kept for its failure reason."""
 RESTART_BACKOFF_BASE = 1.0
 """Seconds before the first reconnection attempt; doubled after each failure."""
 RESTART_BACKOFF_MAX = 60.0
@@ -80,9 +77,6 @@ HEALTH_TIMEOUT = 10.0
 """Seconds a health-check ping may take (at most the server's call timeout)."""
 HEALTH_MISSES = 3
 """Missed pings in a row after which the connection is dropped and re-made."""
-
-_MAX_PAGES = 1000
-"""Upstream pagination cap: a server whose cursor never ends cannot hang a listing."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +114,8 @@ class UpstreamSpec:
     """Whether requests made for a caller carry the caller's own bearer token (`gateway.caller_sessions`)."""
     secrets: tuple[str, ...] = field(default=(), repr=False)
     """Credential and header values, masked wherever the server's words are repeated."""
+    stderr_level: int = logging.DEBUG
+    """The log level of a stdio server's stderr lines (`gateway.upstream_logs`)."""
 
     @property
     def display_name(self) -> str:
@@ -195,12 +191,23 @@ class Upstream:
         self._subscriptions: set[str] = set()
         self._resubscribe = anyio.Event()
         self._listen_acknowledged = anyio.Event()
+        self._listening = False
+        """Whether this session holds a `subscriptions/listen` stream (2026-07-28 servers that serve it)."""
         self._ready = anyio.Event()
         self._transport_error: str | None = None
         self.retry_at: datetime | None = None
         """When the next reconnection attempt is due, while the server is failed."""
-        self.stderr_tail: list[str] = []
-        """The last lines a stdio server wrote to stderr."""
+        self.stderr = StderrLog(spec.id)
+        """The current (or last) connection attempt's stderr, of a stdio server."""
+        self.unsupported = Unsupported(spec.id)
+        """The optional methods this server turned out not to support."""
+        self.sessions = 0
+        """How many sessions have completed their handshake: a new number is a fresh connection."""
+
+    @property
+    def stderr_tail(self) -> list[str]:
+        """The last lines the stdio server wrote to stderr in its current or last attempt."""
+        return self.stderr.tail
 
     @property
     def id(self) -> str:
@@ -241,8 +248,7 @@ class Upstream:
                 logger.debug("server %r failed", self.id, exc_info=True)
                 await self._set_state("failed", self._reason(exc))
             finally:
-                self._client = None
-                self.pid = None
+                self._client, self.pid, self._listening = None, None, False
                 self._ready.set()
             if self._stop.is_set():
                 break
@@ -305,7 +311,6 @@ class Upstream:
         """Forget what the previous connection left behind."""
         self._closed = anyio.Event()
         self._transport_error = None
-        self.stderr_tail = []
         self.http_status = None
 
     def _reason(self, exc: BaseException) -> str:
@@ -319,8 +324,9 @@ class Upstream:
             reason = f"the server answered HTTP {self.http_status}; {reason}"
         if self._transport_error:
             reason += f"; the server sent something that is not MCP: {self._transport_error}"
-        if self.stderr_tail:
-            reason += f"; its last stderr line: {self.stderr_tail[-1]}"
+        last_line = self.stderr.last_line
+        if last_line and not _server_answered(exc):  # a server's own error needs no stderr to explain it
+            reason += f"; its last stderr line: {last_line}"
         if isinstance(exc, FileNotFoundError) and self.spec.transport == "stdio":
             command = getattr(self.spec.target, "command", "")
             if " " in command:
@@ -330,7 +336,10 @@ class Upstream:
     async def _serve(self) -> None:
         started = time.perf_counter()
         connected = False
-        errlog = self._stderr_pipe() if self.spec.transport == "stdio" else None
+        errlog: TextIO | None = None
+        if self.spec.transport == "stdio":
+            self.stderr = StderrLog(self.id, self.redact, self.spec.stderr_level)
+            errlog = self.stderr.pipe()
         try:
             # One scope for the session's whole life: its deadline bounds connecting, then is
             # lifted. (A scope around just the connect would exit before the session's own
@@ -340,6 +349,8 @@ class Upstream:
         finally:
             if errlog is not None:
                 errlog.close()
+                with anyio.CancelScope(shield=True):  # its last words explain the failure
+                    await self.stderr.drained()
         if not connected:
             raise TimeoutError(f"did not finish connecting within {self.startup_timeout:g} s")
         if self._closed.is_set() and not self._stop.is_set():
@@ -357,6 +368,7 @@ class Upstream:
             self._last_used = anyio.current_time()
             scope.deadline = math.inf
             connected = True
+            self.sessions += 1
             self.connect_ms = (time.perf_counter() - started) * 1000
             await self._set_state("ready", None)
             # Announce the listing before marking the attempt settled, so that a request
@@ -368,6 +380,7 @@ class Upstream:
                 if self.health_interval > 0:
                     tg.start_soon(self._health_worker, client)
                 if self.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                    self._listening = True
                     tg.start_soon(self._listen_worker, client)
                 with anyio.CancelScope() as watch:
                     tg.start_soon(cancel_when, self._stop, watch)
@@ -377,24 +390,6 @@ class Upstream:
                     await anyio.sleep_forever()
                 tg.cancel_scope.cancel()
         return connected
-
-    def _stderr_pipe(self) -> TextIO:
-        """A pipe for a stdio child's stderr: each line is logged under the server's name and kept.
-
-        Without it a failing server's own explanation goes to the gateway's stderr with
-        no name on it, and the failure reason says only "connection closed".
-        """
-        read_fd, write_fd = os.pipe()
-        threading.Thread(target=self._pump_stderr, args=(read_fd,), name=f"stderr {self.id}", daemon=True).start()
-        return os.fdopen(write_fd, "w")
-
-    def _pump_stderr(self, read_fd: int) -> None:
-        with os.fdopen(read_fd, "r", errors="replace") as pipe:
-            for raw in pipe:
-                line = self.redact(raw.rstrip())
-                if line:
-                    self.stderr_tail = [*self.stderr_tail[-(STDERR_TAIL - 1) :], line]
-                    stderr_logger.info("[%s] %s", self.id, line)
 
     def _make_client(self, errlog: TextIO | None) -> Client:
         spec = self.spec
@@ -485,21 +480,7 @@ class Upstream:
     # ---- listing --------------------------------------------------------------
 
     async def _fetch_listing(self, client: Client) -> ServerListing:
-        caps = client.server_capabilities
-        tools: list[types.Tool] = []
-        prompts: list[types.Prompt] = []
-        resources: list[types.Resource] = []
-        templates: list[types.ResourceTemplate] = []
-        if caps.tools is not None:
-            tools = await _all_pages(client.list_tools, lambda r: r.tools)
-            if self.spec.tool_filter is not None:
-                tools = [t for t in tools if self.spec.tool_filter(t.name)]
-        if caps.prompts is not None:
-            prompts = await _all_pages(client.list_prompts, lambda r: r.prompts)
-        if caps.resources is not None:
-            resources = await _all_pages(client.list_resources, lambda r: r.resources)
-            templates = await _all_pages(client.list_resource_templates, lambda r: r.resource_templates)
-        return ServerListing(self.id, self.spec.prefix, tools, prompts, resources, templates)
+        return await fetch_listing(client, self.spec.prefix, self.unsupported, self.spec.tool_filter)
 
     async def _refresh_worker(self, client: Client) -> None:
         """Re-list after list_changed notifications, coalescing bursts into one fetch."""
@@ -528,6 +509,9 @@ class Upstream:
                     await _probe(client)
             except MCPError as exc:
                 if exc.code not in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT):
+                    if method_not_found(exc):
+                        modern = client.protocol_version in MODERN_PROTOCOL_VERSIONS
+                        self.unsupported.note("server/discover" if modern else "ping")
                     misses = 0  # it answered, if only to say it has no ping
                     continue
                 misses += 1
@@ -565,6 +549,8 @@ class Upstream:
                         tg.cancel_scope.cancel()
             except (ListenNotSupportedError, MCPError) as exc:
                 logger.debug("server %r does not serve subscriptions/listen: %s", self.id, exc)
+                self._listening = False
+                self._listen_acknowledged.set()  # nobody waits for an answer that will not come
                 return
             except SubscriptionLost:
                 logger.info("server %r dropped its subscription stream; re-listening", self.id)
@@ -656,6 +642,10 @@ class Upstream:
                     sent=True,
                 ) from None
             except MCPError as exc:
+                answer = unsupported_answer(operation)
+                if answer is not None and method_not_found(exc):
+                    self.unsupported.note(operation)
+                    return answer()
                 raise self._translate(operation, exc) from None
             except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
                 self._closed.set()
@@ -708,12 +698,19 @@ class Upstream:
         self._subscriptions.add(uri)
         if self.protocol_version in MODERN_PROTOCOL_VERSIONS:
             await self._relisten()
-        else:
-            await self.request("resources/subscribe", lambda c: _legacy(c.session.subscribe_resource, uri))
+            return
+        try:
+            await self._legacy_subscription("resources/subscribe", uri)
+        except BaseException:
+            self._subscriptions.discard(uri)
+            raise
 
     async def _relisten(self) -> None:
         """Re-open the listen stream with the current subscriptions; wait (bounded) for its ack,
-        so that an update published right after `resources/subscribe` returns is not missed."""
+        so that an update published right after `resources/subscribe` returns is not missed.
+        A server that serves no listen stream has no updates to give: nothing to wait for."""
+        if not self._listening:
+            return
         acknowledged = self._listen_acknowledged = anyio.Event()
         self._resubscribe.set()
         with anyio.move_on_after(self.call_timeout):
@@ -726,25 +723,30 @@ class Upstream:
         if self.protocol_version in MODERN_PROTOCOL_VERSIONS:
             await self._relisten()
         else:
-            await self.request("resources/unsubscribe", lambda c: _legacy(c.session.unsubscribe_resource, uri))
+            await self._legacy_subscription("resources/unsubscribe", uri)
+
+    async def _legacy_subscription(
+        self, method: Literal["resources/subscribe", "resources/unsubscribe"], uri: str
+    ) -> None:
+        """(Un)subscribe before 2026-07-28: only with a server that declares subscriptions, and a
+        "method not found" means it has none to give (no update will come)."""
+
+        async def send(client: Client) -> None:
+            declared = client.server_capabilities.resources
+            if declared is None or not declared.subscribe:
+                self.unsupported.note(method)
+                return
+            session = client.session
+            call = session.subscribe_resource if method == "resources/subscribe" else session.unsubscribe_resource
+            await self.unsupported.ask(method, lambda: _legacy(call, uri), lambda: None)
+
+        await self.request(method, send)
 
 
 async def cancel_when(event: anyio.Event, scope: anyio.CancelScope) -> None:
     """Cancel `scope` once `event` is set (start it as a task beside the work to bound)."""
     await event.wait()
     scope.cancel()
-
-
-async def _all_pages(fetch: Callable[..., Awaitable[Any]], items: Callable[[Any], list[Any]]) -> list[Any]:
-    collected: list[Any] = []
-    cursor: str | None = None
-    for _ in range(_MAX_PAGES):
-        page = await fetch(cursor=cursor, cache_mode="refresh")
-        collected.extend(items(page))
-        cursor = page.next_cursor
-        if not cursor:
-            break
-    return collected
 
 
 async def _probe(client: Client) -> None:
@@ -779,8 +781,11 @@ def unavailable_message(upstream: Upstream) -> str:
     reason = f": {upstream.reason}" if upstream.reason else ""
     text = f"Server {upstream.id!r} is not available ({upstream.state}{reason})."
     if upstream.retry_at is not None:
-        seconds = max(0.0, (upstream.retry_at - datetime.now(UTC)).total_seconds())
-        text += f" The gateway reconnects in {seconds:.0f} s; try again after that."
+        seconds = math.ceil((upstream.retry_at - datetime.now(UTC)).total_seconds())
+        if seconds > 0:
+            text += f" The gateway reconnects in {seconds} s; try again after that."
+        else:
+            text += " The gateway is reconnecting now; try again in a few seconds."
     elif upstream.state == "starting":
         text += " It is still connecting; try again in a few seconds."
     return text
@@ -799,6 +804,13 @@ def _status_of(exc: BaseException) -> int | None:
     response = getattr(exc, "response", None)
     status = getattr(response, "status_code", None)
     return status if isinstance(status, int) else None
+
+
+def _server_answered(exc: BaseException) -> bool:
+    """Whether the failure is an error the server sent itself (not a dead or silent transport)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return isinstance(exc, MCPError) and exc.code not in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT)
 
 
 def _describe(exc: BaseException) -> str:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -24,6 +27,7 @@ from tests.conftest import (
     stop_process,
     write_config,
 )
+from tests.test_resilience import _text, call, running
 
 pytestmark = pytest.mark.anyio
 
@@ -153,3 +157,94 @@ async def test_the_servers_instructions_reach_the_client_under_their_names(tmp_p
             instructions = client.instructions or ""
     assert "aggregates several MCP servers" in instructions
     assert "## old (tools 'old__*')\nThe old test server." in instructions
+
+
+# ---- servers that implement part of MCP ------------------------------------------------------------
+
+PARTIAL_SERVER = REPO / "tests" / "servers" / "partial_server.py"
+
+
+@pytest.mark.parametrize("protocol", ["auto", "legacy"])
+async def test_a_server_that_answers_method_not_found_to_optional_methods_serves_its_tools(
+    tmp_path: Path, protocol: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="gateway.listing")
+    servers = f"  partial:\n    command: {sys.executable}\n    args: [{json.dumps(str(PARTIAL_SERVER))}]\n"
+    servers += f"    protocol: {protocol}\n"
+    with anyio.fail_after(60):
+        async with running(tmp_path, servers) as registry:
+            partial = registry.upstreams["partial"]
+            assert partial.state == "ready", partial.reason
+            assert sorted(registry.catalog.tools) == ["partial__echo"]
+            assert [r.uri for r in partial.listing.resources] == ["memo://note"] and partial.listing.templates == []
+            assert _text(await call(registry, "partial__echo", {"text": "whole"})) == "whole"
+
+            reference = types.ResourceTemplateReference(uri="memo://{name}")
+            completion = await partial.request(
+                "completion/complete", lambda c: c.session.complete(reference, {"name": "name", "value": ""})
+            )
+            assert completion.completion.values == []  # "method not found" means: no suggestions
+            await partial.subscribe("memo://note")  # nothing to subscribe to, and no error
+
+            assert partial.pid is not None
+            os.kill(partial.pid, signal.SIGKILL)  # the next session lists again
+            with anyio.fail_after(20):
+                while partial.sessions < 2 or partial.state != "ready":
+                    await anyio.sleep(0.05)
+            assert _text(await call(registry, "partial__echo", {"text": "again"})) == "again"
+    notes = [r for r in caplog.records if "does not support resources/templates/list" in r.getMessage()]
+    assert len(notes) == 1 and notes[0].levelno == logging.DEBUG  # once per server, at DEBUG
+
+
+SQLITE_SERVER = ("mcp-server-sqlite==2025.4.25", "mcp==1.30.0")
+"""`mcp-server-sqlite` on the Python SDK 1.x low-level `Server`, which answers
+`resources/templates/list` with "method not found". Its own pin says `mcp>=1.0.0`, and
+with the 2.x SDK it does not even start, so the SDK is pinned as it was when it was written."""
+
+_OFFLINE = re.compile(r"No matching distribution|Could not find a version|NewConnectionError|Network is unreachable")
+
+
+@pytest.fixture(scope="session")
+def sqlite_server(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`mcp-server-sqlite` from PyPI in a venv of its own: it needs the 1.x SDK, the gateway runs 2.x."""
+    venv = tmp_path_factory.mktemp("mcp-server-sqlite")
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    install = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", *SQLITE_SERVER],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if install.returncode != 0:
+        if _OFFLINE.search(install.stderr):
+            pytest.skip(f"pip cannot reach PyPI to install {' '.join(SQLITE_SERVER)}: {install.stderr.strip()[-300:]}")
+        raise AssertionError(f"installing {SQLITE_SERVER} failed:\n{install.stderr}")
+    return venv / "bin" / "mcp-server-sqlite"
+
+
+@pytest.mark.parametrize("protocol", ["auto", "legacy"])
+async def test_mcp_server_sqlite_connects_through_the_gateway_and_its_tools_are_callable(
+    tmp_path: Path, sqlite_server: Path, protocol: str
+) -> None:
+    database = tmp_path / "shop.db"
+    config = write_config(
+        tmp_path / "gateway.yaml",
+        f"""
+        mcps:
+          sqlite:
+            command: {sqlite_server}
+            args: [--db-path, "{database}"]
+            protocol: {protocol}
+        """,
+    )
+    with anyio.fail_after(90):
+        async with gateway_over_stdio(config, tmp_path) as client:
+            tools = {tool.name for tool in (await client.list_tools()).tools}
+            assert {"sqlite__list_tables", "sqlite__create_table", "sqlite__read_query"} <= tools
+            created = await client.call_tool("sqlite__create_table", {"query": "CREATE TABLE fruit (name TEXT)"})
+            assert not created.is_error, created
+            await client.call_tool("sqlite__write_query", {"query": "INSERT INTO fruit VALUES ('fig')"})
+            listed = await client.call_tool("sqlite__list_tables", {})
+            assert "fruit" in _text(listed)
+            rows = await client.call_tool("sqlite__read_query", {"query": "SELECT name FROM fruit"})
+            assert "fig" in _text(rows)
