@@ -18,6 +18,7 @@ import mcp_types as types
 import pytest
 from mcp import Client
 
+from gateway.upstream_logs import StderrLog
 from tests.conftest import (
     DEMO_SERVER,
     REPO,
@@ -248,3 +249,109 @@ async def test_mcp_server_sqlite_connects_through_the_gateway_and_its_tools_are_
             assert "fruit" in _text(listed)
             rows = await client.call_tool("sqlite__read_query", {"query": "SELECT name FROM fruit"})
             assert "fig" in _text(rows)
+
+
+# ---- stderr -----------------------------------------------------------------------------------------
+
+
+def test_repeated_stderr_lines_are_collapsed_and_only_the_last_lines_are_kept(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="gateway.upstream.stderr")
+    log = StderrLog("s", size=5)
+    log.add("starting\n")
+    for _ in range(89):
+        log.add("warning: deprecated\n")
+    assert log.tail == ["starting", "warning: deprecated", "... repeated 88 times"]  # a count in progress
+    log.add("ready\n")
+    assert log.tail == ["starting", "warning: deprecated", "... repeated 88 times", "ready"]
+    logged = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "gateway.upstream.stderr"]
+    assert logged == [
+        (logging.DEBUG, "[s] starting"),
+        (logging.DEBUG, "[s] warning: deprecated"),
+        (logging.DEBUG, "[s] ... repeated 88 times"),
+        (logging.DEBUG, "[s] ready"),
+    ]
+    for i in range(100):
+        log.add(f"line {i}")
+    assert log.tail == [f"line {i}" for i in range(95, 100)] and log.last_line == "line 99"
+
+
+CHATTY = (
+    "import sys\n"
+    "print('starting', file=sys.stderr)\n"
+    "for _ in range(89): print('warning: deprecated', file=sys.stderr)\n"
+    "print('fatal: missing API key', file=sys.stderr)\n"
+    "sys.exit(1)\n"
+)
+
+
+@pytest.mark.parametrize("level", ["default", "warning"])
+def test_check_shows_a_failed_servers_last_stderr_lines_which_are_logged_at_debug_unless_raised(
+    tmp_path: Path, level: str
+) -> None:
+    setting = f"    stderr_log_level: {level}\n" if level != "default" else ""
+    config = write_config(
+        tmp_path / "gw.yaml",
+        f"mcps:\n  chatty:\n    command: {sys.executable}\n    args: {json.dumps(['-c', CHATTY])}\n{setting}",
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "gateway", "--config", str(config), "check"],
+        capture_output=True,
+        text=True,
+        env=gateway_env(tmp_path) | {"GATEWAY_LOG_LEVEL": "INFO", "GATEWAY_STARTUP_TIMEOUT": "10"},
+        cwd=REPO,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert "its last stderr line: fatal: missing API key" in result.stdout
+    assert result.stdout.splitlines()[-3:] == [
+        "    stderr: warning: deprecated",
+        "    stderr: ... repeated 88 times",
+        "    stderr: fatal: missing API key",
+    ]
+    relayed = [line for line in result.stderr.splitlines() if "gateway.upstream.stderr" in line]
+    if level == "default":
+        assert relayed == []
+    else:
+        assert [line.split(": ", 1)[1] for line in relayed[:4]] == [
+            "[chatty] starting",
+            "[chatty] warning: deprecated",
+            "[chatty] ... repeated 88 times",
+            "[chatty] fatal: missing API key",
+        ]
+
+
+STALE_STDERR = """
+import os, subprocess, sys, time
+marks = sys.argv[1]
+attempt = len(os.listdir(marks)) + 1
+open(os.path.join(marks, f"attempt{attempt}"), "w").close()
+if attempt == 1:  # leaves a process behind that writes on this attempt's stderr later
+    code = f"import os, sys, time\\nwhile not os.path.exists({os.path.join(marks, 'attempt2')!r}): time.sleep(0.02)\\n"
+    code += "print('stale line from attempt 1', file=sys.stderr, flush=True)\\n"
+    code += f"open({os.path.join(marks, 'stale')!r}, 'w').close()"
+    subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    print("attempt 1 failed", file=sys.stderr)
+    sys.exit(1)
+print(f"attempt {attempt} failed", file=sys.stderr, flush=True)
+while not os.path.exists(os.path.join(marks, "stale")):
+    time.sleep(0.02)
+time.sleep(0.3)
+sys.exit(1)
+"""
+
+
+async def test_a_failure_reason_quotes_only_the_stderr_of_its_own_attempt(tmp_path: Path) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    servers = f"  flaky:\n    command: {sys.executable}\n    args: {json.dumps(['-c', STALE_STDERR, str(marks)])}\n"
+    with anyio.fail_after(60):
+        async with running(tmp_path, servers, startup_timeout=10) as registry:
+            flaky = registry.upstreams["flaky"]
+            with anyio.fail_after(30):
+                while "attempt 2" not in (flaky.reason or "") or flaky.state != "failed":
+                    await anyio.sleep(0.05)
+            assert (marks / "stale").exists()
+            assert (flaky.reason or "").endswith("its last stderr line: attempt 2 failed"), flaky.reason
+            assert "stale" not in " ".join(flaky.stderr_tail)
