@@ -13,7 +13,7 @@ __all__ = ["is_ready", "server_health"]
 def server_health(upstream: Upstream, registry: Registry, *, stderr: bool = False) -> dict[str, Any]:
     """One server's state with its reason and timestamps, its breaker, and its load; with `stderr`,
     the last lines a stdio server wrote there (for `mcp-gateway check`/`servers`, not `/readyz`)."""
-    health = {
+    health: dict[str, Any] = {
         "server": upstream.id,
         "state": upstream.state,
         "reason": upstream.reason,
