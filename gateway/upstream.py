@@ -6,6 +6,10 @@ ones). The supervisor task connects, fetches the server's full listing, keeps it
 when the server says its lists changed, and notices when the connection dies. Nothing
 that happens inside one upstream escapes its task: a failure becomes `state="failed"`
 with a reason, and the other servers never notice.
+
+Beside it: `gateway.upstream_spec` (what an upstream is and reports),
+`gateway.upstream_errors` (how its failures are told), `gateway.listing` (what it is
+asked for), `gateway.upstream_logs` (a stdio server's stderr).
 """
 
 from __future__ import annotations
@@ -16,30 +20,36 @@ import math
 import random
 import sys
 import time
-import warnings
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal, Protocol, TextIO
+from typing import Any, TextIO
 
 import anyio
 import mcp_types as types
 from mcp import Client, StdioServerParameters
 from mcp.client.session import ClientRequestContext
 from mcp.client.sse import sse_client
-from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
-from mcp.server import MCPServer, Server
-from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from gateway.catalog import ServerListing
-from gateway.errors import UpstreamTimeout, UpstreamUnauthorized, UpstreamUnavailable
+from gateway.errors import UpstreamTimeout, UpstreamUnavailable
 from gateway.listing import Unsupported, fetch_listing, method_not_found, unsupported_answer
 from gateway.listing_cache import fingerprint, load_listing, save_listing
 from gateway.stdio_child import stdio_child
 from gateway.transports import http_transport, watched
+from gateway.upstream_errors import (
+    describe,
+    server_answered,
+    status_of,
+    translate_error,
+    unavailable_error,
+    unavailable_message,
+)
 from gateway.upstream_logs import StderrLog
+from gateway.upstream_spec import CONNECTED_STATES, LISTED_STATES, ServerState, UpstreamEvents, UpstreamSpec
+from gateway.upstream_subscriptions import Subscriptions, cancel_when, legacy_call
 
 __all__ = [
     "CONNECTED_STATES",
@@ -57,13 +67,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-ServerState = Literal["starting", "ready", "degraded", "idle", "failed", "disabled", "stopped"]
-CONNECTED_STATES = ("ready", "degraded")
-"""States in which requests are sent: `degraded` is connected but failing health checks."""
-LISTED_STATES = (*CONNECTED_STATES, "idle")
-"""States whose listing is in the catalog: an `idle` on-demand server starts on its first call."""
-Transport = Literal["memory", "stdio", "http", "sse"]
-
 RESTART_BACKOFF_BASE = 1.0
 """Seconds before the first reconnection attempt; doubled after each failure."""
 RESTART_BACKOFF_MAX = 60.0
@@ -77,65 +80,6 @@ HEALTH_TIMEOUT = 10.0
 """Seconds a health-check ping may take (at most the server's call timeout)."""
 HEALTH_MISSES = 3
 """Missed pings in a row after which the connection is dropped and re-made."""
-
-
-@dataclass(frozen=True)
-class UpstreamSpec:
-    """Everything needed to connect to one server, whatever its origin."""
-
-    id: str
-    prefix: str
-    transport: Transport
-    target: MCPServer | Server[Any] | StdioServerParameters | str
-    name: str = ""
-    description: str = ""
-    capabilities: tuple[str, ...] = ()
-    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
-    timeout: float | None = None
-    enabled: bool = True
-    origin: str = "config"
-    """`config` for YAML servers, `plugin:<name>` for internal ones."""
-    tool_filter: Callable[[str], bool] | None = None
-    protocol: Literal["auto", "legacy"] = "auto"
-    """`auto` probes 2026-07-28 `server/discover` first; `legacy` goes straight to `initialize`."""
-    tool_timeouts: Mapping[str, float] = field(default_factory=dict)
-    """Per-tool timeouts, by fnmatch glob on the server's own tool names; first match wins."""
-    retry_tools: tuple[str, ...] = ()
-    """Globs of tools safe to retry after the request was sent, besides annotated ones."""
-    max_concurrent_calls: int | None = None
-    """Most requests in flight at once; None: the gateway-wide default."""
-    health_interval: float | None = None
-    """Seconds between pings; None: the gateway-wide default; 0: none."""
-    start: Literal["eager", "on_demand"] = "eager"
-    """`on_demand`: started by its first call (stdio servers), stopped again after `idle_timeout`."""
-    idle_timeout: float = 300.0
-    """Seconds without calls after which an on-demand server is stopped."""
-    forward_caller_token: bool = False
-    """Whether requests made for a caller carry the caller's own bearer token (`gateway.caller_sessions`)."""
-    secrets: tuple[str, ...] = field(default=(), repr=False)
-    """Credential and header values, masked wherever the server's words are repeated."""
-    stderr_level: int = logging.DEBUG
-    """The log level of a stdio server's stderr lines (`gateway.upstream_logs`)."""
-
-    @property
-    def display_name(self) -> str:
-        return self.name or self.id
-
-
-class UpstreamEvents(Protocol):
-    """What an upstream reports to its owner (the registry)."""
-
-    async def listing_changed(self, upstream: Upstream) -> None: ...
-
-    async def state_changed(self, upstream: Upstream) -> None: ...
-
-    async def resource_updated(self, upstream: Upstream, uri: str) -> None: ...
-
-    async def log_message(self, upstream: Upstream, params: types.LoggingMessageNotificationParams) -> None: ...
-
-    async def relay_request(
-        self, upstream: Upstream, request: types.InputRequest
-    ) -> types.InputResponse | types.ErrorData: ...
 
 
 class Upstream:
@@ -188,11 +132,7 @@ class Upstream:
         self._stop = anyio.Event()
         self._closed = anyio.Event()
         self._refresh = anyio.Event()
-        self._subscriptions: set[str] = set()
-        self._resubscribe = anyio.Event()
-        self._listen_acknowledged = anyio.Event()
-        self._listening = False
-        """Whether this session holds a `subscriptions/listen` stream (2026-07-28 servers that serve it)."""
+        self.subscriptions = Subscriptions(self)
         self._ready = anyio.Event()
         self._transport_error: str | None = None
         self.retry_at: datetime | None = None
@@ -248,7 +188,7 @@ class Upstream:
                 logger.debug("server %r failed", self.id, exc_info=True)
                 await self._set_state("failed", self._reason(exc))
             finally:
-                self._client, self.pid, self._listening = None, None, False
+                self._client, self.pid, self.subscriptions.listening = None, None, False
                 self._ready.set()
             if self._stop.is_set():
                 break
@@ -315,17 +255,17 @@ class Upstream:
 
     def _reason(self, exc: BaseException) -> str:
         """One line saying why the connection failed, with what the server itself said."""
-        reason = _describe(exc)
-        self.unauthorized = self.http_status in (401, 403) or _status_of(exc) in (401, 403)
+        reason = describe(exc)
+        self.unauthorized = self.http_status in (401, 403) or status_of(exc) in (401, 403)
         if self.unauthorized:
-            status = self.http_status if self.http_status in (401, 403) else _status_of(exc)
+            status = self.http_status if self.http_status in (401, 403) else status_of(exc)
             reason = f"the server refused the gateway's credentials (HTTP {status}); {reason}"
         elif self.http_status is not None and self.http_status >= 400:
             reason = f"the server answered HTTP {self.http_status}; {reason}"
         if self._transport_error:
             reason += f"; the server sent something that is not MCP: {self._transport_error}"
         last_line = self.stderr.last_line
-        if last_line and not _server_answered(exc):  # a server's own error needs no stderr to explain it
+        if last_line and not server_answered(exc):  # a server's own error needs no stderr to explain it
             reason += f"; its last stderr line: {last_line}"
         if isinstance(exc, FileNotFoundError) and self.spec.transport == "stdio":
             command = getattr(self.spec.target, "command", "")
@@ -380,8 +320,8 @@ class Upstream:
                 if self.health_interval > 0:
                     tg.start_soon(self._health_worker, client)
                 if self.protocol_version in MODERN_PROTOCOL_VERSIONS:
-                    self._listening = True
-                    tg.start_soon(self._listen_worker, client)
+                    self.subscriptions.listening = True
+                    tg.start_soon(self.subscriptions.listen, client)
                 with anyio.CancelScope() as watch:
                     tg.start_soon(cancel_when, self._stop, watch)
                     tg.start_soon(cancel_when, self._closed, watch)
@@ -482,6 +422,10 @@ class Upstream:
     async def _fetch_listing(self, client: Client) -> ServerListing:
         return await fetch_listing(client, self.spec.prefix, self.unsupported, self.spec.tool_filter)
 
+    def refresh(self) -> None:
+        """Re-list the server soon (bursts of requests coalesce into one listing)."""
+        self._refresh.set()
+
     async def _refresh_worker(self, client: Client) -> None:
         """Re-list after list_changed notifications, coalescing bursts into one fetch."""
         while True:
@@ -490,7 +434,7 @@ class Upstream:
             try:
                 listing = await self._fetch_listing(client)
             except (MCPError, OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
-                logger.warning("server %r: refreshing the listing failed: %s", self.id, _describe(exc))
+                logger.warning("server %r: refreshing the listing failed: %s", self.id, describe(exc))
                 continue
             if listing != self.listing:
                 self.listing = listing
@@ -528,42 +472,13 @@ class Upstream:
                 return
             await self._set_state("degraded", f"missed {misses} health check(s) of {HEALTH_MISSES}")
 
-    async def _listen_worker(self, client: Client) -> None:
-        """Hold a `subscriptions/listen` stream open (2026-07-28 servers send changes only there)."""
-        caps = client.server_capabilities
-        while True:
-            self._resubscribe = anyio.Event()
-            acknowledged = self._listen_acknowledged
-            try:
-                async with client.listen(
-                    tools_list_changed=bool(caps.tools and caps.tools.list_changed),
-                    prompts_list_changed=bool(caps.prompts and caps.prompts.list_changed),
-                    resources_list_changed=bool(caps.resources and caps.resources.list_changed),
-                    resource_subscriptions=sorted(self._subscriptions),
-                ) as subscription:
-                    acknowledged.set()
-                    async with anyio.create_task_group() as tg:
-                        tg.start_soon(cancel_when, self._resubscribe, tg.cancel_scope)
-                        async for _event in subscription:
-                            pass  # events also reach `_on_message`, which handles them
-                        tg.cancel_scope.cancel()
-            except (ListenNotSupportedError, MCPError) as exc:
-                logger.debug("server %r does not serve subscriptions/listen: %s", self.id, exc)
-                self._listening = False
-                self._listen_acknowledged.set()  # nobody waits for an answer that will not come
-                return
-            except SubscriptionLost:
-                logger.info("server %r dropped its subscription stream; re-listening", self.id)
-                self._refresh.set()
-                await anyio.sleep(1)
-
     # ---- notifications and server-to-client requests --------------------------
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, Exception):
             if self._transport_error is None:
-                logger.warning("server %r sent something that is not MCP: %s", self.id, _describe(message))
-            self._transport_error = _describe(message)
+                logger.warning("server %r sent something that is not MCP: %s", self.id, describe(message))
+            self._transport_error = describe(message)
             return
         notification = message
         if isinstance(
@@ -604,6 +519,13 @@ class Upstream:
         if self._client is None or self.state not in CONNECTED_STATES:
             raise unavailable_error(self)
         return self._client
+
+    async def subscribe(self, uri: str) -> None:
+        """Subscribe to updates of one resource, on whichever protocol era the server speaks."""
+        await self.subscriptions.subscribe(uri)
+
+    async def unsubscribe(self, uri: str) -> None:
+        await self.subscriptions.unsubscribe(uri)
 
     async def request(
         self, operation: str, send: Callable[[Client], Awaitable[Any]], *, timeout: float | None = None
@@ -646,107 +568,17 @@ class Upstream:
                 if answer is not None and method_not_found(exc):
                     self.unsupported.note(operation)
                     return answer()
-                raise self._translate(operation, exc) from None
+                error, gone = translate_error(self.id, self.spec.transport, self.http_status, operation, exc)
+                if gone:
+                    self._closed.set()
+                raise error from None
             except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
                 self._closed.set()
                 raise UpstreamUnavailable(
-                    f"Server {self.id!r} could not be reached for {operation}: {self.redact(_describe(exc))}.",
+                    f"Server {self.id!r} could not be reached for {operation}: {self.redact(describe(exc))}.",
                     server=self.id,
                     sent=not isinstance(exc, ConnectionRefusedError),
                 ) from None
-
-    def _translate(self, operation: str, exc: MCPError) -> Exception:
-        """A gateway error for what the transport (not the server) reported; else `exc` itself."""
-        if exc.code == types.CONNECTION_CLOSED:
-            self._closed.set()
-            return UpstreamUnavailable(
-                f"Server {self.id!r} closed its connection during {operation}; the gateway reconnects.",
-                server=self.id,
-                sent=True,
-            )
-        if exc.code == types.REQUEST_TIMEOUT:
-            return UpstreamTimeout(f"Server {self.id!r} did not answer {operation} in time.", server=self.id, sent=True)
-        if self.spec.transport != "http":
-            return exc
-        if exc.code == types.INVALID_REQUEST and exc.error.message == "Session terminated":
-            # The server forgot our session (it restarted): reconnect; the request never ran.
-            self._closed.set()
-            return UpstreamUnavailable(
-                f"Server {self.id!r} ended the gateway's session; the gateway reconnects.", server=self.id
-            )
-        if exc.code == types.INTERNAL_ERROR and exc.error.message == "Server returned an error response":
-            status = self.http_status
-            if status in (401, 403):
-                return UpstreamUnauthorized(
-                    f"Server {self.id!r} refused the gateway's credentials (HTTP {status}) for {operation}. "
-                    "An operator has to fix its credentials in the gateway's configuration.",
-                    server=self.id,
-                    details={"http_status": status},
-                )
-            return UpstreamUnavailable(
-                f"Server {self.id!r} failed {operation} with HTTP {status or 'error'}; try again later.",
-                server=self.id,
-                sent=True,
-                details={"http_status": status} if status else None,
-            )
-        return exc
-
-    async def subscribe(self, uri: str) -> None:
-        """Subscribe to updates of one resource, on whichever protocol era the server speaks."""
-        if uri in self._subscriptions:
-            return
-        self._subscriptions.add(uri)
-        if self.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            await self._relisten()
-            return
-        try:
-            await self._legacy_subscription("resources/subscribe", uri)
-        except BaseException:
-            self._subscriptions.discard(uri)
-            raise
-
-    async def _relisten(self) -> None:
-        """Re-open the listen stream with the current subscriptions; wait (bounded) for its ack,
-        so that an update published right after `resources/subscribe` returns is not missed.
-        A server that serves no listen stream has no updates to give: nothing to wait for."""
-        if not self._listening:
-            return
-        acknowledged = self._listen_acknowledged = anyio.Event()
-        self._resubscribe.set()
-        with anyio.move_on_after(self.call_timeout):
-            await acknowledged.wait()
-
-    async def unsubscribe(self, uri: str) -> None:
-        if uri not in self._subscriptions:
-            return
-        self._subscriptions.discard(uri)
-        if self.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            await self._relisten()
-        else:
-            await self._legacy_subscription("resources/unsubscribe", uri)
-
-    async def _legacy_subscription(
-        self, method: Literal["resources/subscribe", "resources/unsubscribe"], uri: str
-    ) -> None:
-        """(Un)subscribe before 2026-07-28: only with a server that declares subscriptions, and a
-        "method not found" means it has none to give (no update will come)."""
-
-        async def send(client: Client) -> None:
-            declared = client.server_capabilities.resources
-            if declared is None or not declared.subscribe:
-                self.unsupported.note(method)
-                return
-            session = client.session
-            call = session.subscribe_resource if method == "resources/subscribe" else session.unsubscribe_resource
-            await self.unsupported.ask(method, lambda: _legacy(call, uri), lambda: None)
-
-        await self.request(method, send)
-
-
-async def cancel_when(event: anyio.Event, scope: anyio.CancelScope) -> None:
-    """Cancel `scope` once `event` is set (start it as a task beside the work to bound)."""
-    await event.wait()
-    scope.cancel()
 
 
 async def _probe(client: Client) -> None:
@@ -755,71 +587,13 @@ async def _probe(client: Client) -> None:
     if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
         await client.session.send_discover(client.protocol_version)
     else:
-        await _legacy(client.send_ping)
-
-
-async def _legacy(method: Callable[..., Awaitable[Any]], *args: Any) -> Any:
-    """Call an SDK method that 2026-07-28 deprecates but handshake-era servers still need."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", MCPDeprecationWarning)
-        return await method(*args)
-
-
-def unavailable_error(upstream: Upstream) -> UpstreamUnavailable | UpstreamUnauthorized:
-    """The error for a call to a server that is not connected: unauthorized, or just unavailable."""
-    if upstream.unauthorized:
-        return UpstreamUnauthorized(
-            f"Server {upstream.id!r} refused the gateway's credentials ({upstream.reason}). "
-            "An operator has to fix its credentials in the gateway's configuration.",
-            server=upstream.id,
-        )
-    return UpstreamUnavailable(unavailable_message(upstream), server=upstream.id)
-
-
-def unavailable_message(upstream: Upstream) -> str:
-    """A sentence for a model: which server is down, why, and when it will be retried."""
-    reason = f": {upstream.reason}" if upstream.reason else ""
-    text = f"Server {upstream.id!r} is not available ({upstream.state}{reason})."
-    if upstream.retry_at is not None:
-        seconds = math.ceil((upstream.retry_at - datetime.now(UTC)).total_seconds())
-        if seconds > 0:
-            text += f" The gateway reconnects in {seconds} s; try again after that."
-        else:
-            text += " The gateway is reconnecting now; try again in a few seconds."
-    elif upstream.state == "starting":
-        text += " It is still connecting; try again in a few seconds."
-    return text
+        await legacy_call(client.send_ping)
 
 
 def restart_delay(failures: int) -> float:
     """Exponential backoff with jitter: about 1, 2, 4 ... seconds, at most a minute."""
     base = min(RESTART_BACKOFF_MAX, RESTART_BACKOFF_BASE * 2 ** (failures - 1))
     return float(base * random.uniform(0.5, 1.0))
-
-
-def _status_of(exc: BaseException) -> int | None:
-    """The HTTP status inside an exception (group), if an HTTP response caused it."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    response = getattr(exc, "response", None)
-    status = getattr(response, "status_code", None)
-    return status if isinstance(status, int) else None
-
-
-def _server_answered(exc: BaseException) -> bool:
-    """Whether the failure is an error the server sent itself (not a dead or silent transport)."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return isinstance(exc, MCPError) and exc.code not in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT)
-
-
-def _describe(exc: BaseException) -> str:
-    """A one-line reason, unwrapping exception groups to their first leaf."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    name = type(exc).__name__
-    return f"{name}: {text}" if text else name
 
 
 def gateway_version() -> str:
