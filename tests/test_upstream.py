@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import mcp_types as types
 import pytest
 from mcp import Client
 
+from gateway.upstream import Upstream, UpstreamSpec, unavailable_message
 from gateway.upstream_logs import StderrLog
 from tests.conftest import (
     DEMO_SERVER,
@@ -355,3 +357,15 @@ async def test_a_failure_reason_quotes_only_the_stderr_of_its_own_attempt(tmp_pa
             assert (marks / "stale").exists()
             assert (flaky.reason or "").endswith("its last stderr line: attempt 2 failed"), flaky.reason
             assert "stale" not in " ".join(flaky.stderr_tail)
+
+
+def test_the_unavailable_message_says_when_the_gateway_reconnects_and_never_0_s() -> None:
+    from mcp.server import MCPServer
+
+    upstream = Upstream(UpstreamSpec(id="w", prefix="w", transport="memory", target=MCPServer("w")), events=None)  # type: ignore[arg-type]
+    upstream.state, upstream.reason = "failed", "MCPError: Connection closed"
+    upstream.retry_at = datetime.now(UTC) + timedelta(seconds=0.2)
+    assert "The gateway reconnects in 1 s" in unavailable_message(upstream)
+    upstream.retry_at = datetime.now(UTC) - timedelta(seconds=1)  # due: the attempt is being made
+    message = unavailable_message(upstream)
+    assert "0 s" not in message and "reconnecting now" in message
