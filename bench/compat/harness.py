@@ -18,6 +18,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -81,13 +82,16 @@ def render(value: Any, ctx: Context) -> Any:
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 
 @contextmanager
-def scratch() -> Iterator[Context]:
-    """A scratch directory with a git repository, a kubeconfig and a page served on 127.0.0.1."""
+def scratch(keep_logs: Path | None = None) -> Iterator[Context]:
+    """A scratch directory with a git repository, a kubeconfig and a page served on 127.0.0.1.
+
+    `keep_logs`: where the servers' and gateways' stderr logs are copied before it is removed.
+    """
     with tempfile.TemporaryDirectory(prefix="mcp-compat-") as tmp:
         work = Path(tmp)
         (work / "logs").mkdir()
@@ -109,6 +113,8 @@ def scratch() -> Iterator[Context]:
         finally:
             server.shutdown()
             server.server_close()
+            if keep_logs is not None:
+                shutil.copytree(work / "logs", keep_logs, dirs_exist_ok=True)
 
 
 @dataclass
@@ -144,10 +150,18 @@ class Row:
     exercised: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    step: str = ""
+    """The request being made (named in a failure)."""
+    server_fault: bool = False
+    """The server fails the same way without the gateway: the cause is the server's."""
 
     @property
     def ok(self) -> bool:
         return not self.failures
+
+    @property
+    def cause(self) -> str:
+        return "the server's own (it fails the same way without the gateway)" if self.server_fault else "the gateway's"
 
 
 async def _pages(fetch: Any, attribute: str) -> list[Any]:
@@ -346,20 +360,25 @@ async def _exercise(client: Client, row: Row, mine: Listing, direct: Direct, ctx
         row.skipped.append(f"call: {server.skip_call}")
     else:
         name = expose_name(server.id, server.call.name)
+        row.step = f"calling {name}"
         result = await client.call_tool(name, render(server.call.arguments, ctx))
         if result.is_error:
             same = " (the same directly)" if direct.call_error else ""
+            row.server_fault = row.server_fault or bool(direct.call_error)
             row.failures.append(f"`{server.call.name}` returned an error{same}: {_text(result)}")
         else:
             row.exercised.append(f"call `{server.call.name}`")
     if mine.resources:
-        read = await client.read_resource(mine.resources[0].uri)
+        uri = min(r.uri for r in mine.resources)  # the same one every run, whatever order it lists them in
+        row.step = f"reading resource {uri}"
+        read = await client.read_resource(uri)
         if read.contents:
             row.exercised.append("resource read")
         else:
-            row.failures.append(f"resource {mine.resources[0].uri} read as empty")
+            row.failures.append(f"resource {uri} read as empty")
     prompt = _pick_prompt(server, mine)
     if prompt is not None:
+        row.step = f"getting prompt {prompt[0]}"
         got = await client.get_prompt(prompt[0], render(prompt[1], ctx))
         if got.messages:
             row.exercised.append("prompt got")
@@ -373,6 +392,7 @@ async def _check_server(
     row = Row(server, transport)
     if direct.listing is None:
         row.failures.append(f"fails without the gateway too: {direct.error}")
+        row.server_fault = True
         return row
     mine = _slice(everything, server.id)
     row.direct_tools, row.tools = len(direct.listing.tools), len(mine.tools)
@@ -386,11 +406,13 @@ async def _check_server(
         try:
             await _exercise(client, row, mine, direct, ctx)
         except Exception as exc:  # noqa: BLE001 - a failed request is this row's finding
-            row.failures.append(_short(exc))
+            row.failures.append(f"{row.step}: {_short(exc)}")
     return row
 
 
-async def _through(client: Client, transport: str, servers: Sequence[CompatServer], directs: dict[str, Direct], ctx: Context) -> list[Row]:
+async def _through(
+    client: Client, transport: str, servers: Sequence[CompatServer], directs: dict[str, Direct], ctx: Context
+) -> list[Row]:
     everything = await _list_all(client, None)
     return [await _check_server(client, transport, s, everything, directs[s.id], ctx) for s in servers]
 

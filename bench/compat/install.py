@@ -106,7 +106,9 @@ def _install_venv(cache: Path, name: str, requirements: Sequence[str]) -> None:
         shutil.rmtree(venv)
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], 120, f"venv for {name}")
     pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install"]
-    _run([*pip, "-q", "--disable-pip-version-check", *requirements], PIP_TIMEOUT, f"pip install {' '.join(requirements)}")
+    _run(
+        [*pip, "-q", "--disable-pip-version-check", *requirements], PIP_TIMEOUT, f"pip install {' '.join(requirements)}"
+    )
     marker.write_text(wanted)
 
 

@@ -21,7 +21,7 @@ import anyio
 from bench.compat.clients import ClientRow, run_clients
 from bench.compat.harness import REPO, Row, run_matrix, scratch
 from bench.compat.install import install_clients, install_servers
-from bench.compat.servers import CLIENTS, SERVERS, CompatServer
+from bench.compat.servers import SERVERS, CompatServer
 
 DOC = REPO / "docs" / "compatibility.md"
 
@@ -43,9 +43,14 @@ transport the run checks that:
   directory), with arguments picked per server in `bench/compat/servers.py`;
 - a **resource is read** and a **prompt is got** where the server offers them.
 
+The direct listing is made by a client that declares what the gateway declares upstream
+(sampling, elicitation and roots, which it relays): some servers, such as
+`server-everything`, offer more tools to such clients.
+
 A call that needs the network beyond 127.0.0.1 or a service not run here is skipped, and
 the reason is in the table: nothing is faked. A server that needs a credential is given a
-dummy one; it must still list its tools.
+dummy one; it must still list its tools. A failure names its cause: *the server's own*
+when the server fails the same way without the gateway, else *the gateway's*.
 """
 
 
@@ -64,7 +69,7 @@ def server_table(rows: Sequence[Row]) -> str:
         done = ", ".join(row.exercised + [f"skipped {x}" for x in row.skipped]) or "-"
         if s.note:
             done += f"; {s.note}"
-        result = "pass" if row.ok else "**fail**: " + "; ".join(row.failures)
+        result = "pass" if row.ok else f"**fail**, cause {row.cause}: " + "; ".join(row.failures)
         registry = "PyPI" if s.registry == "pypi" else "npm"
         lines.append(
             f"| {name} | `{s.package}` ({registry}) | {s.version} | {s.sdk} | {row.transport} "
@@ -84,7 +89,15 @@ def client_table(rows: Sequence[ClientRow]) -> str:
     return "\n".join(lines)
 
 
-def document(rows: Sequence[Row], client_rows: Sequence[ClientRow], seconds: float) -> str:
+def document(rows: Sequence[Row], client_rows: Sequence[ClientRow], seconds: float, private: dict[str, str]) -> str:
+    """The page; `private` maps this machine's paths (scratch dir, cache) to placeholders."""
+    text = _page(rows, client_rows, seconds)
+    for path, placeholder in private.items():
+        text = text.replace(path, placeholder)
+    return text
+
+
+def _page(rows: Sequence[Row], client_rows: Sequence[ClientRow], seconds: float) -> str:
     servers = {r.server.id for r in rows}
     passed = {r.server.id for r in rows} - {r.server.id for r in rows if not r.ok}
     return "\n".join(
@@ -117,6 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fast", action="store_true", help="only the servers the test suite uses")
     parser.add_argument("--only", help="comma-separated server ids; prints rows, writes nothing")
+    parser.add_argument("--logs", type=Path, help="copy the servers' and gateways' logs into this directory")
     parser.add_argument("--output", type=Path, default=DOC, help="where the page goes (default docs/compatibility.md)")
     args = parser.parse_args(argv)
     servers: list[CompatServer] = [s for s in SERVERS if s.fast or not args.fast]
@@ -126,15 +140,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     cache = install_servers(servers)
     install_clients(cache)
     start = time.monotonic()
-    with scratch() as ctx:
+    with scratch(args.logs) as ctx:
         rows = anyio.run(run_matrix, servers, cache, ctx)
         client_rows = [] if args.only else anyio.run(run_clients, cache, ctx)
+        private = {str(ctx.work): "<scratch>", str(cache): "<cache>", str(Path.home()): "~"}
     seconds = time.monotonic() - start
     print(server_table(rows))
     if client_rows:
         print(client_table(client_rows))
     if not args.only:
-        args.output.write_text(document(rows, client_rows, seconds))
+        args.output.write_text(document(rows, client_rows, seconds, private))
         print(f"wrote {args.output} in {seconds:.0f} s")
     return 0 if all(r.ok for r in rows) and all(r.ok for r in client_rows) else 1
 

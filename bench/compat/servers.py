@@ -151,7 +151,7 @@ SERVERS: tuple[CompatServer, ...] = (
         FASTMCP_1X,
         "excel-mcp-server-fastmcp",
         pins=(MCP_1X,),
-        call=Call("excel_create_file", {"filepath": "{work}/book.xlsx"}),
+        call=Call("excel_create_file", {"file_path": "{work}/book.xlsx"}),
     ),
     _pypi(
         "motherduck2",
@@ -159,7 +159,7 @@ SERVERS: tuple[CompatServer, ...] = (
         "1.0.0",
         "FastMCP 2.x",
         "mcp-server-motherduck",
-        args=("--db-path", ":memory:"),
+        args=("--db-path", ":memory:", "--read-write"),
         call=Call("execute_query", {"sql": "SELECT 40 + 2 AS answer"}),
     ),
     _pypi(
@@ -168,7 +168,7 @@ SERVERS: tuple[CompatServer, ...] = (
         "1.1.0",
         "FastMCP 4.x (on Python SDK 2.x)",
         "mcp-server-motherduck",
-        args=("--db-path", ":memory:"),
+        args=("--db-path", ":memory:", "--read-write"),
         call=Call("execute_query", {"sql": "SELECT 40 + 2 AS answer"}),
     ),
     _pypi(
@@ -186,6 +186,7 @@ SERVERS: tuple[CompatServer, ...] = (
         "2026.10.24",
         SDK_2X + ", low-level Server",
         "mcp-server-fetch",
+        args=("--allow-private-ips",),
         call=Call("fetch", {"url": "{http}/page.html"}),
         prompt=Call("fetch", {"url": "{http}/page.html"}),
     ),
@@ -196,7 +197,7 @@ SERVERS: tuple[CompatServer, ...] = (
         SDK_2X + ", MCPServer",
         "excel-mcp-server",
         args=("stdio",),
-        call=Call("create_workbook", {"filepath": "{work}/book2.xlsx"}),
+        call=Call("create_workbook", {"path": "{work}/book2.xlsx", "overwrite": True}),
     ),
     _pypi(
         "duckduckgo",
