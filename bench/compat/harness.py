@@ -4,8 +4,9 @@ For a set of installed servers (`bench.compat.install`):
 
 1. each server alone, with the SDK 2 client over stdio: its tools, prompts, resources and
    templates are counted, and its safe call is made (the reference);
-2. one gateway with all of them as stdio children, served downstream over stdio and over
-   streamable HTTP; through each, for every server: the same counts (its items are told
+2. one gateway with all of them as stdio children, served downstream over stdio (the
+   client negotiates the 2026 protocol) and over streamable HTTP (the 2025 handshake, as
+   released clients speak it); through each, for every server: the same counts (its items are told
    apart by the `_meta` server key), the safe call, a resource read and a prompt got where
    it offers them. Over HTTP, `/readyz` gives each server's state and failure reason.
 
@@ -47,6 +48,9 @@ REPO = Path(__file__).resolve().parents[2]
 DIRECT_TIMEOUT = 90.0
 GATEWAY_TIMEOUT = 300.0
 CALL_TIMEOUT = 60.0
+HTTP_MODE = "legacy"
+"""Over HTTP the SDK 2 client speaks the 2025 protocol (the initialize handshake), as released
+clients do; over stdio it negotiates the 2026 one (`auto`): both sides of the gateway get used."""
 KUBECONFIG = """\
 apiVersion: v1
 kind: Config
@@ -125,6 +129,8 @@ class Listing:
     prompts: list[types.Prompt] = field(default_factory=list)
     resources: list[types.Resource] = field(default_factory=list)
     templates: list[types.ResourceTemplate] = field(default_factory=list)
+    not_found: list[str] = field(default_factory=list)
+    """Optional methods the server answered with -32601 "Method not found"."""
 
     def counts(self) -> tuple[int, int, int, int]:
         return len(self.tools), len(self.prompts), len(self.resources), len(self.templates)
@@ -175,12 +181,13 @@ async def _pages(fetch: Any, attribute: str) -> list[Any]:
             return items
 
 
-async def _optional_pages(fetch: Any, attribute: str) -> list[Any]:
-    """An optional list: "method not found" means none (as the MCP spec lets a server answer)."""
+async def _optional_pages(fetch: Any, attribute: str, listing: Listing, method: str) -> list[Any]:
+    """An optional list: "method not found" means none (noted in `listing.not_found`)."""
     try:
         return await _pages(fetch, attribute)
     except MCPError as exc:
         if exc.code == types.METHOD_NOT_FOUND:
+            listing.not_found.append(method)
             return []
         raise
 
@@ -189,10 +196,11 @@ async def _list_all(client: Client, caps: types.ServerCapabilities | None) -> Li
     """Everything `client`'s server offers, asking only for what it declares."""
     listing = Listing(tools=await _pages(client.list_tools, "tools"))
     if caps is None or caps.prompts is not None:
-        listing.prompts = await _optional_pages(client.list_prompts, "prompts")
+        listing.prompts = await _optional_pages(client.list_prompts, "prompts", listing, "prompts/list")
     if caps is None or caps.resources is not None:
-        listing.resources = await _optional_pages(client.list_resources, "resources")
-        listing.templates = await _optional_pages(client.list_resource_templates, "resource_templates")
+        listing.resources = await _optional_pages(client.list_resources, "resources", listing, "resources/list")
+        templates = client.list_resource_templates
+        listing.templates = await _optional_pages(templates, "resource_templates", listing, "resources/templates/list")
     return listing
 
 
@@ -399,6 +407,11 @@ async def _check_server(
     expected, got = direct.listing.counts(), mine.counts()
     if expected != got:
         row.failures.append(f"listed (tools, prompts, resources, templates) {got}, directly {expected}")
+        for method in direct.listing.not_found:
+            row.failures.append(
+                f"the server answers `{method}` with -32601 Method not found (allowed for a method it does not "
+                "implement; the SDK client reads it as none)"
+            )
         if not mine.tools:
             return row
     row.exercised.append(f"{row.tools}/{row.direct_tools} tools")
@@ -446,7 +459,7 @@ async def run_matrix(servers: Sequence[CompatServer], cache: Path, ctx: Context)
         async with Client(stdio_client(params, errlog=errlog)) as client:
             stdio_rows = await _through(client, "stdio", servers, directs, ctx)
     with anyio.fail_after(GATEWAY_TIMEOUT):
-        async with start_gateway_http(config, ctx) as url, Client(url) as client:
+        async with start_gateway_http(config, ctx) as url, Client(url, mode=HTTP_MODE) as client:
             http_rows = await _through(client, "http", servers, directs, ctx)
             states = await anyio.to_thread.run_sync(_readyz, url)
     _explain(stdio_rows, states)

@@ -28,14 +28,15 @@ DOC = REPO / "docs" / "compatibility.md"
 INTRO = """\
 # Compatibility
 
-The gateway is proved against MCP servers and clients that nobody here wrote: real packages
+The gateway is run against MCP servers and clients that nobody here wrote: real packages
 from PyPI and npm, at pinned versions, installed and run by `python -m bench.compat.run`
 (which wrote this page) and, for the quick part (marked *suite*), by `tests/test_compat.py`
 on every test run.
 
-Every server is started as a stdio child of one gateway, and the gateway is reached over
-both of its downstream transports, stdio and streamable HTTP. For each server and
-transport the run checks that:
+Every server is started as a stdio child of one gateway, and the gateway is reached with the
+Python SDK 2.x client over both of its downstream transports: stdio (the client negotiates
+the 2026 protocol) and streamable HTTP (the 2025 `initialize` handshake, which released
+clients speak). For each server and transport the run checks that:
 
 - its tools are **listed in full**: the same number of tools, prompts, resources and
   templates through the gateway as the SDK 2 client lists from the server directly;
@@ -52,6 +53,34 @@ the reason is in the table: nothing is faked. A server that needs a credential i
 dummy one; it must still list its tools. A failure names its cause: *the server's own*
 when the server fails the same way without the gateway, else *the gateway's*.
 """
+
+
+ROOT_CAUSES = (
+    (
+        "with -32601 Method not found",
+        '**A server answers an optional list method with -32601 "Method not found"** '
+        "(`mcp-server-sqlite`, `mcp-server-duckdb`: Python SDK 1.x low-level `Server`s that declare "
+        "`resources` but register no template handler, so `resources/templates/list` is not found). "
+        "The MCP spec allows that answer for a method a server does not implement, and the SDK client "
+        "reads it as an empty list; the gateway takes it as a failed connection, marks the server failed "
+        "and retries it without end. Cause: the gateway (issue 14, part 2).",
+    ),
+    (
+        "exceeded the 1048576 byte limit",
+        "**A result over 1 MiB over HTTP with the 2025 protocol** (`mcp-grafana`'s 1.28 MB "
+        "`ui://grafana/metrics.html`). In that protocol the gateway's streamable HTTP endpoint answers "
+        "each request as one server-sent event, and the Python SDK 2.x client refuses an event over "
+        "1 MiB (`DEFAULT_MAX_SSE_EVENT_SIZE`). The same read passes over stdio, and over HTTP in the "
+        "2026 protocol, whose answers are plain JSON. Cause: the gateway's choice of SSE answers "
+        "(a JSON answer, `json_response`, has no such cap) meeting the SDK client's limit.",
+    ),
+)
+"""Explanations of failures seen in this matrix, each shown when a failed row mentions its text."""
+
+
+def causes(rows: Sequence[Row]) -> list[str]:
+    failures = " ".join(f for row in rows for f in row.failures)
+    return [f"- {text}" for needle, text in ROOT_CAUSES if needle in failures]
 
 
 def _cell(text: str) -> str:
@@ -111,6 +140,7 @@ def _page(rows: Sequence[Row], client_rows: Sequence[ClientRow], seconds: float)
             "",
             server_table(rows),
             "",
+            *(["### Root causes of the failures", "", *causes(rows), ""] if causes(rows) else []),
             "## Clients",
             "",
             "Each client is pointed at the gateway (serving `mcp-server-time` and "
