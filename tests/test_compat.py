@@ -33,11 +33,12 @@ def installed() -> tuple[Path, list[CompatServer], str]:
     cache = install.cache_dir()
     try:
         install.install_servers([s for s in FAST if s.registry == "pypi"], cache)
-        install.install_clients(cache)
+        install.install_clients(cache, "pypi")
     except install.RegistryUnreachable as exc:
         pytest.skip(f"the package registry cannot be reached: {exc}")
     try:
         install.install_servers([s for s in FAST if s.registry == "npm"], cache)
+        install.install_clients(cache, "npm")
     except install.RegistryUnreachable as exc:
         return cache, [s for s in FAST if s.registry == "pypi"], str(exc)
     return cache, FAST, ""
