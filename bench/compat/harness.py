@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -415,11 +416,11 @@ async def _check_server(
         if not mine.tools:
             return row
     row.exercised.append(f"{row.tools}/{row.direct_tools} tools")
-    with anyio.fail_after(CALL_TIMEOUT * 3):
-        try:
+    try:
+        with anyio.fail_after(CALL_TIMEOUT * 3):
             await _exercise(client, row, mine, direct, ctx)
-        except Exception as exc:  # noqa: BLE001 - a failed request is this row's finding
-            row.failures.append(f"{row.step}: {_short(exc)}")
+    except Exception as exc:  # noqa: BLE001 - a failed request (or one past its time) is this row's finding
+        row.failures.append(f"{row.step}: {_short(exc)}")
     return row
 
 

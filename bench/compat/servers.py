@@ -59,13 +59,13 @@ class CompatServer:
         return f"{self.package}=={self.version}" if self.registry == "pypi" else f"{self.package}@{self.version}"
 
 
-def _pypi(id: str, package: str, version: str, sdk: str, command: str, **kw: Any) -> CompatServer:
-    return CompatServer(id, "pypi", package, version, sdk, command, fast=kw.pop("fast", True), **kw)
+def _pypi(server_id: str, package: str, version: str, sdk: str, command: str, **kw: Any) -> CompatServer:
+    return CompatServer(server_id, "pypi", package, version, sdk, command, fast=kw.pop("fast", True), **kw)
 
 
-def _npm(id: str, package: str, version: str, command: str, **kw: Any) -> CompatServer:
+def _npm(server_id: str, package: str, version: str, command: str, **kw: Any) -> CompatServer:
     sdk = kw.pop("sdk", "TypeScript SDK")
-    return CompatServer(id, "npm", package, version, sdk, command, **kw)
+    return CompatServer(server_id, "npm", package, version, sdk, command, **kw)
 
 
 LOW_1X = "Python SDK 1.x, low-level Server"
