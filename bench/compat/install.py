@@ -14,13 +14,15 @@ is already there (same pinned requirements) is not redone. Every install is boun
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 from bench.compat.servers import CLIENTS, SERVERS, CompatServer
@@ -143,11 +145,24 @@ def _parallel(jobs: Sequence[tuple[str, Sequence[str]]], cache: Path) -> None:
         raise errors[0]  # type: ignore[misc]
 
 
+@contextmanager
+def _locked(cache: Path) -> Iterator[None]:
+    """One installer at a time per cache (parallel test workers share it)."""
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def install_servers(servers: Sequence[CompatServer], cache: Path | None = None) -> Path:
     """Install `servers` into the cache (the default one unless given); return the cache."""
     cache = cache or cache_dir()
-    _parallel([(s.id, [s.requirement, *s.pins]) for s in servers if s.registry == "pypi"], cache)
-    _install_npm(cache, [s.requirement for s in servers if s.registry == "npm"])
+    with _locked(cache):
+        _parallel([(s.id, [s.requirement, *s.pins]) for s in servers if s.registry == "pypi"], cache)
+        _install_npm(cache, [s.requirement for s in servers if s.registry == "npm"])
     return cache
 
 
@@ -157,10 +172,11 @@ def install_clients(cache: Path | None = None, registry: str | None = None) -> P
     `registry`: only the clients from this one (`pypi` or `npm`).
     """
     cache = cache or cache_dir()
-    if registry in (None, "pypi"):
-        _parallel([(f"client-{c.id}", [c.requirement]) for c in CLIENTS if c.registry == "pypi"], cache)
-    if registry in (None, "npm"):
-        _install_npm(cache, [c.requirement for c in CLIENTS if c.registry == "npm"])
+    with _locked(cache):
+        if registry in (None, "pypi"):
+            _parallel([(f"client-{c.id}", [c.requirement]) for c in CLIENTS if c.registry == "pypi"], cache)
+        if registry in (None, "npm"):
+            _install_npm(cache, [c.requirement for c in CLIENTS if c.registry == "npm"])
     return cache
 
 
