@@ -51,6 +51,8 @@ logger = logging.getLogger("gateway")
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
+STDERR_SHOWN = 10
+"""Last stderr lines of a failed server that `check` prints under its reason (`--json` has all that are kept)."""
 
 T = TypeVar("T")
 
@@ -193,7 +195,7 @@ def _print_table(rows: Sequence[Sequence[str]], headers: Sequence[str]) -> None:
 def _server_row(u: Upstream, registry: Registry) -> dict[str, Any]:
     """What `/readyz` says of the server, plus what a person checking a config wants to see."""
     return {
-        **server_health(u, registry),
+        **server_health(u, registry, stderr=True),
         "origin": u.spec.origin,
         "transport": u.spec.transport,
         "status": "ok" if u.state == "ready" else u.state,
@@ -236,6 +238,8 @@ async def _check(registry: Registry, as_json: bool, detailed: bool, vetter: Tool
         for r in rows:
             if r["status"] not in ("ok",) and r["reason"]:
                 print(f"  {r['server']}: {r['reason']}")
+                for line in r["stderr"][-STDERR_SHOWN:]:
+                    print(f"    stderr: {line}")
         if reports:
             print("\nTool findings (security.tool_changes / security.injection):")
         for report in reports:

@@ -55,12 +55,12 @@ SERVER_KEYS = (
     "name", "description", "command", "args", "env", "cwd", "url", "headers", "transport", "type",
     "protocol", "credentials", "capabilities", "enabled", "timeout", "tools", "prefix",
     "tool_timeouts", "retry_tools", "max_concurrent_calls", "health_interval", "start", "idle_timeout",
-    "forward_caller_token",
+    "forward_caller_token", "stderr_log_level",
 )  # fmt: skip
 CLAUDE_KEYS = (*SERVER_KEYS, "disabled")  # `mcpServers:` / `servers:` also take Claude Desktop's `disabled`
 TOOL_FILTER_KEYS = ("allow", "deny")
 RENAMED_KEYS = {"type": "transport", "disabled": "enabled"}  # synonym key -> ServerConfig field
-STDIO_ONLY_KEYS = ("args", "env", "cwd")
+STDIO_ONLY_KEYS = ("args", "env", "cwd", "stderr_log_level")
 HTTP_SPELLINGS = ("http", "streamableHttp", "streamable-http", "streamable_http", "shttp")
 TRANSPORTS = {
     "stdio": "stdio",

@@ -10,9 +10,10 @@ from gateway.upstream import LISTED_STATES, Upstream
 __all__ = ["is_ready", "server_health"]
 
 
-def server_health(upstream: Upstream, registry: Registry) -> dict[str, Any]:
-    """One server's state with its reason and timestamps, its breaker, and its load."""
-    return {
+def server_health(upstream: Upstream, registry: Registry, *, stderr: bool = False) -> dict[str, Any]:
+    """One server's state with its reason and timestamps, its breaker, and its load; with `stderr`,
+    the last lines a stdio server wrote there (for `mcp-gateway check`/`servers`, not `/readyz`)."""
+    health: dict[str, Any] = {
         "server": upstream.id,
         "state": upstream.state,
         "reason": upstream.reason,
@@ -22,6 +23,9 @@ def server_health(upstream: Upstream, registry: Registry) -> dict[str, Any]:
         "in_flight": upstream.limiter.borrowed_tokens,
         "tools": registry.catalog.server_items(upstream.id),
     }
+    if stderr:
+        health["stderr"] = upstream.stderr_tail
+    return health
 
 
 def is_ready(registry: Registry) -> bool:

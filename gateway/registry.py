@@ -100,6 +100,7 @@ def spec_from_config(server: ServerConfig) -> UpstreamSpec:
         start=server.start,
         idle_timeout=server.idle_timeout,
         forward_caller_token=server.forward_caller_token,
+        stderr_level=logging.getLevelName(server.stderr_log_level.upper()),
     )
 
 
@@ -305,6 +306,8 @@ class Registry:
         level = logging.WARNING if upstream.state == "failed" else logging.INFO
         reason = f" ({upstream.reason})" if upstream.reason else ""
         logger.log(level, "server %r is %s%s", upstream.id, upstream.state, reason)
+        if upstream.state == "ready":  # a fresh session (new number) closes the breaker
+            self.breakers.session_started(upstream.id, upstream.sessions)
         if upstream.state not in CONNECTED_STATES:  # `idle` too: its listing may just have been loaded
             await self._rebuild()
 

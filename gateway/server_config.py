@@ -68,6 +68,7 @@ class ServerConfig(BaseModel):
     start: Literal["eager", "on_demand"] = "eager"
     idle_timeout: float = Field(default=300.0, gt=0)
     forward_caller_token: bool = False
+    stderr_log_level: Literal["debug", "info", "warning"] = "debug"
     tools: ToolFilter = Field(default_factory=ToolFilter)
     prefix: str
     # Field name -> display value with `${...}` substitutions masked; set by the loader.

@@ -6,6 +6,10 @@ ones). The supervisor task connects, fetches the server's full listing, keeps it
 when the server says its lists changed, and notices when the connection dies. Nothing
 that happens inside one upstream escapes its task: a failure becomes `state="failed"`
 with a reason, and the other servers never notice.
+
+Beside it: `gateway.upstream_spec` (what an upstream is and reports),
+`gateway.upstream_errors` (how its failures are told), `gateway.listing` (what it is
+asked for), `gateway.upstream_logs` (a stdio server's stderr).
 """
 
 from __future__ import annotations
@@ -13,33 +17,39 @@ from __future__ import annotations
 import fnmatch
 import logging
 import math
-import os
 import random
 import sys
-import threading
 import time
-import warnings
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal, Protocol, TextIO
+from typing import Any, TextIO
 
 import anyio
 import mcp_types as types
 from mcp import Client, StdioServerParameters
 from mcp.client.session import ClientRequestContext
 from mcp.client.sse import sse_client
-from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
-from mcp.server import MCPServer, Server
-from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from gateway.catalog import ServerListing
-from gateway.errors import UpstreamTimeout, UpstreamUnauthorized, UpstreamUnavailable
+from gateway.errors import UpstreamTimeout, UpstreamUnavailable
+from gateway.listing import Unsupported, fetch_listing, method_not_found, unsupported_answer
 from gateway.listing_cache import fingerprint, load_listing, save_listing
 from gateway.stdio_child import stdio_child
 from gateway.transports import http_transport, watched
+from gateway.upstream_errors import (
+    describe,
+    server_answered,
+    status_of,
+    translate_error,
+    unavailable_error,
+    unavailable_message,
+)
+from gateway.upstream_logs import StderrLog
+from gateway.upstream_spec import CONNECTED_STATES, LISTED_STATES, ServerState, UpstreamEvents, UpstreamSpec
+from gateway.upstream_subscriptions import Subscriptions, cancel_when, legacy_call
 
 __all__ = [
     "CONNECTED_STATES",
@@ -56,17 +66,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-stderr_logger = logging.getLogger("gateway.upstream.stderr")
 
-ServerState = Literal["starting", "ready", "degraded", "idle", "failed", "disabled", "stopped"]
-CONNECTED_STATES = ("ready", "degraded")
-"""States in which requests are sent: `degraded` is connected but failing health checks."""
-LISTED_STATES = (*CONNECTED_STATES, "idle")
-"""States whose listing is in the catalog: an `idle` on-demand server starts on its first call."""
-Transport = Literal["memory", "stdio", "http", "sse"]
-
-STDERR_TAIL = 20
-"""How many of a stdio server's last stderr lines are kept for its failure reason."""
 RESTART_BACKOFF_BASE = 1.0
 """Seconds before the first reconnection attempt; doubled after each failure."""
 RESTART_BACKOFF_MAX = 60.0
@@ -80,66 +80,6 @@ HEALTH_TIMEOUT = 10.0
 """Seconds a health-check ping may take (at most the server's call timeout)."""
 HEALTH_MISSES = 3
 """Missed pings in a row after which the connection is dropped and re-made."""
-
-_MAX_PAGES = 1000
-"""Upstream pagination cap: a server whose cursor never ends cannot hang a listing."""
-
-
-@dataclass(frozen=True)
-class UpstreamSpec:
-    """Everything needed to connect to one server, whatever its origin."""
-
-    id: str
-    prefix: str
-    transport: Transport
-    target: MCPServer | Server[Any] | StdioServerParameters | str
-    name: str = ""
-    description: str = ""
-    capabilities: tuple[str, ...] = ()
-    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
-    timeout: float | None = None
-    enabled: bool = True
-    origin: str = "config"
-    """`config` for YAML servers, `plugin:<name>` for internal ones."""
-    tool_filter: Callable[[str], bool] | None = None
-    protocol: Literal["auto", "legacy"] = "auto"
-    """`auto` probes 2026-07-28 `server/discover` first; `legacy` goes straight to `initialize`."""
-    tool_timeouts: Mapping[str, float] = field(default_factory=dict)
-    """Per-tool timeouts, by fnmatch glob on the server's own tool names; first match wins."""
-    retry_tools: tuple[str, ...] = ()
-    """Globs of tools safe to retry after the request was sent, besides annotated ones."""
-    max_concurrent_calls: int | None = None
-    """Most requests in flight at once; None: the gateway-wide default."""
-    health_interval: float | None = None
-    """Seconds between pings; None: the gateway-wide default; 0: none."""
-    start: Literal["eager", "on_demand"] = "eager"
-    """`on_demand`: started by its first call (stdio servers), stopped again after `idle_timeout`."""
-    idle_timeout: float = 300.0
-    """Seconds without calls after which an on-demand server is stopped."""
-    forward_caller_token: bool = False
-    """Whether requests made for a caller carry the caller's own bearer token (`gateway.caller_sessions`)."""
-    secrets: tuple[str, ...] = field(default=(), repr=False)
-    """Credential and header values, masked wherever the server's words are repeated."""
-
-    @property
-    def display_name(self) -> str:
-        return self.name or self.id
-
-
-class UpstreamEvents(Protocol):
-    """What an upstream reports to its owner (the registry)."""
-
-    async def listing_changed(self, upstream: Upstream) -> None: ...
-
-    async def state_changed(self, upstream: Upstream) -> None: ...
-
-    async def resource_updated(self, upstream: Upstream, uri: str) -> None: ...
-
-    async def log_message(self, upstream: Upstream, params: types.LoggingMessageNotificationParams) -> None: ...
-
-    async def relay_request(
-        self, upstream: Upstream, request: types.InputRequest
-    ) -> types.InputResponse | types.ErrorData: ...
 
 
 class Upstream:
@@ -192,15 +132,22 @@ class Upstream:
         self._stop = anyio.Event()
         self._closed = anyio.Event()
         self._refresh = anyio.Event()
-        self._subscriptions: set[str] = set()
-        self._resubscribe = anyio.Event()
-        self._listen_acknowledged = anyio.Event()
+        self.subscriptions = Subscriptions(self)
         self._ready = anyio.Event()
         self._transport_error: str | None = None
         self.retry_at: datetime | None = None
         """When the next reconnection attempt is due, while the server is failed."""
-        self.stderr_tail: list[str] = []
-        """The last lines a stdio server wrote to stderr."""
+        self.stderr = StderrLog(spec.id)
+        """The current (or last) connection attempt's stderr, of a stdio server."""
+        self.unsupported = Unsupported(spec.id)
+        """The optional methods this server turned out not to support."""
+        self.sessions = 0
+        """How many sessions have completed their handshake: a new number is a fresh connection."""
+
+    @property
+    def stderr_tail(self) -> list[str]:
+        """The last lines the stdio server wrote to stderr in its current or last attempt."""
+        return self.stderr.tail
 
     @property
     def id(self) -> str:
@@ -241,8 +188,7 @@ class Upstream:
                 logger.debug("server %r failed", self.id, exc_info=True)
                 await self._set_state("failed", self._reason(exc))
             finally:
-                self._client = None
-                self.pid = None
+                self._client, self.pid, self.subscriptions.listening = None, None, False
                 self._ready.set()
             if self._stop.is_set():
                 break
@@ -305,22 +251,22 @@ class Upstream:
         """Forget what the previous connection left behind."""
         self._closed = anyio.Event()
         self._transport_error = None
-        self.stderr_tail = []
         self.http_status = None
 
     def _reason(self, exc: BaseException) -> str:
         """One line saying why the connection failed, with what the server itself said."""
-        reason = _describe(exc)
-        self.unauthorized = self.http_status in (401, 403) or _status_of(exc) in (401, 403)
+        reason = describe(exc)
+        self.unauthorized = self.http_status in (401, 403) or status_of(exc) in (401, 403)
         if self.unauthorized:
-            status = self.http_status if self.http_status in (401, 403) else _status_of(exc)
+            status = self.http_status if self.http_status in (401, 403) else status_of(exc)
             reason = f"the server refused the gateway's credentials (HTTP {status}); {reason}"
         elif self.http_status is not None and self.http_status >= 400:
             reason = f"the server answered HTTP {self.http_status}; {reason}"
         if self._transport_error:
             reason += f"; the server sent something that is not MCP: {self._transport_error}"
-        if self.stderr_tail:
-            reason += f"; its last stderr line: {self.stderr_tail[-1]}"
+        last_line = self.stderr.last_line
+        if last_line and not server_answered(exc):  # a server's own error needs no stderr to explain it
+            reason += f"; its last stderr line: {last_line}"
         if isinstance(exc, FileNotFoundError) and self.spec.transport == "stdio":
             command = getattr(self.spec.target, "command", "")
             if " " in command:
@@ -330,7 +276,10 @@ class Upstream:
     async def _serve(self) -> None:
         started = time.perf_counter()
         connected = False
-        errlog = self._stderr_pipe() if self.spec.transport == "stdio" else None
+        errlog: TextIO | None = None
+        if self.spec.transport == "stdio":
+            self.stderr = StderrLog(self.id, self.redact, self.spec.stderr_level)
+            errlog = self.stderr.pipe()
         try:
             # One scope for the session's whole life: its deadline bounds connecting, then is
             # lifted. (A scope around just the connect would exit before the session's own
@@ -340,6 +289,8 @@ class Upstream:
         finally:
             if errlog is not None:
                 errlog.close()
+                with anyio.CancelScope(shield=True):  # its last words explain the failure
+                    await self.stderr.drained()
         if not connected:
             raise TimeoutError(f"did not finish connecting within {self.startup_timeout:g} s")
         if self._closed.is_set() and not self._stop.is_set():
@@ -357,6 +308,7 @@ class Upstream:
             self._last_used = anyio.current_time()
             scope.deadline = math.inf
             connected = True
+            self.sessions += 1
             self.connect_ms = (time.perf_counter() - started) * 1000
             await self._set_state("ready", None)
             # Announce the listing before marking the attempt settled, so that a request
@@ -368,7 +320,8 @@ class Upstream:
                 if self.health_interval > 0:
                     tg.start_soon(self._health_worker, client)
                 if self.protocol_version in MODERN_PROTOCOL_VERSIONS:
-                    tg.start_soon(self._listen_worker, client)
+                    self.subscriptions.listening = True
+                    tg.start_soon(self.subscriptions.listen, client)
                 with anyio.CancelScope() as watch:
                     tg.start_soon(cancel_when, self._stop, watch)
                     tg.start_soon(cancel_when, self._closed, watch)
@@ -377,24 +330,6 @@ class Upstream:
                     await anyio.sleep_forever()
                 tg.cancel_scope.cancel()
         return connected
-
-    def _stderr_pipe(self) -> TextIO:
-        """A pipe for a stdio child's stderr: each line is logged under the server's name and kept.
-
-        Without it a failing server's own explanation goes to the gateway's stderr with
-        no name on it, and the failure reason says only "connection closed".
-        """
-        read_fd, write_fd = os.pipe()
-        threading.Thread(target=self._pump_stderr, args=(read_fd,), name=f"stderr {self.id}", daemon=True).start()
-        return os.fdopen(write_fd, "w")
-
-    def _pump_stderr(self, read_fd: int) -> None:
-        with os.fdopen(read_fd, "r", errors="replace") as pipe:
-            for raw in pipe:
-                line = self.redact(raw.rstrip())
-                if line:
-                    self.stderr_tail = [*self.stderr_tail[-(STDERR_TAIL - 1) :], line]
-                    stderr_logger.info("[%s] %s", self.id, line)
 
     def _make_client(self, errlog: TextIO | None) -> Client:
         spec = self.spec
@@ -485,21 +420,11 @@ class Upstream:
     # ---- listing --------------------------------------------------------------
 
     async def _fetch_listing(self, client: Client) -> ServerListing:
-        caps = client.server_capabilities
-        tools: list[types.Tool] = []
-        prompts: list[types.Prompt] = []
-        resources: list[types.Resource] = []
-        templates: list[types.ResourceTemplate] = []
-        if caps.tools is not None:
-            tools = await _all_pages(client.list_tools, lambda r: r.tools)
-            if self.spec.tool_filter is not None:
-                tools = [t for t in tools if self.spec.tool_filter(t.name)]
-        if caps.prompts is not None:
-            prompts = await _all_pages(client.list_prompts, lambda r: r.prompts)
-        if caps.resources is not None:
-            resources = await _all_pages(client.list_resources, lambda r: r.resources)
-            templates = await _all_pages(client.list_resource_templates, lambda r: r.resource_templates)
-        return ServerListing(self.id, self.spec.prefix, tools, prompts, resources, templates)
+        return await fetch_listing(client, self.spec.prefix, self.unsupported, self.spec.tool_filter)
+
+    def refresh(self) -> None:
+        """Re-list the server soon (bursts of requests coalesce into one listing)."""
+        self._refresh.set()
 
     async def _refresh_worker(self, client: Client) -> None:
         """Re-list after list_changed notifications, coalescing bursts into one fetch."""
@@ -509,7 +434,7 @@ class Upstream:
             try:
                 listing = await self._fetch_listing(client)
             except (MCPError, OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
-                logger.warning("server %r: refreshing the listing failed: %s", self.id, _describe(exc))
+                logger.warning("server %r: refreshing the listing failed: %s", self.id, describe(exc))
                 continue
             if listing != self.listing:
                 self.listing = listing
@@ -528,6 +453,9 @@ class Upstream:
                     await _probe(client)
             except MCPError as exc:
                 if exc.code not in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT):
+                    if method_not_found(exc):
+                        modern = client.protocol_version in MODERN_PROTOCOL_VERSIONS
+                        self.unsupported.note("server/discover" if modern else "ping")
                     misses = 0  # it answered, if only to say it has no ping
                     continue
                 misses += 1
@@ -544,40 +472,13 @@ class Upstream:
                 return
             await self._set_state("degraded", f"missed {misses} health check(s) of {HEALTH_MISSES}")
 
-    async def _listen_worker(self, client: Client) -> None:
-        """Hold a `subscriptions/listen` stream open (2026-07-28 servers send changes only there)."""
-        caps = client.server_capabilities
-        while True:
-            self._resubscribe = anyio.Event()
-            acknowledged = self._listen_acknowledged
-            try:
-                async with client.listen(
-                    tools_list_changed=bool(caps.tools and caps.tools.list_changed),
-                    prompts_list_changed=bool(caps.prompts and caps.prompts.list_changed),
-                    resources_list_changed=bool(caps.resources and caps.resources.list_changed),
-                    resource_subscriptions=sorted(self._subscriptions),
-                ) as subscription:
-                    acknowledged.set()
-                    async with anyio.create_task_group() as tg:
-                        tg.start_soon(cancel_when, self._resubscribe, tg.cancel_scope)
-                        async for _event in subscription:
-                            pass  # events also reach `_on_message`, which handles them
-                        tg.cancel_scope.cancel()
-            except (ListenNotSupportedError, MCPError) as exc:
-                logger.debug("server %r does not serve subscriptions/listen: %s", self.id, exc)
-                return
-            except SubscriptionLost:
-                logger.info("server %r dropped its subscription stream; re-listening", self.id)
-                self._refresh.set()
-                await anyio.sleep(1)
-
     # ---- notifications and server-to-client requests --------------------------
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, Exception):
             if self._transport_error is None:
-                logger.warning("server %r sent something that is not MCP: %s", self.id, _describe(message))
-            self._transport_error = _describe(message)
+                logger.warning("server %r sent something that is not MCP: %s", self.id, describe(message))
+            self._transport_error = describe(message)
             return
         notification = message
         if isinstance(
@@ -619,6 +520,13 @@ class Upstream:
             raise unavailable_error(self)
         return self._client
 
+    async def subscribe(self, uri: str) -> None:
+        """Subscribe to updates of one resource, on whichever protocol era the server speaks."""
+        await self.subscriptions.subscribe(uri)
+
+    async def unsubscribe(self, uri: str) -> None:
+        await self.subscriptions.unsubscribe(uri)
+
     async def request(
         self, operation: str, send: Callable[[Client], Awaitable[Any]], *, timeout: float | None = None
     ) -> Any:
@@ -656,95 +564,21 @@ class Upstream:
                     sent=True,
                 ) from None
             except MCPError as exc:
-                raise self._translate(operation, exc) from None
+                answer = unsupported_answer(operation)
+                if answer is not None and method_not_found(exc):
+                    self.unsupported.note(operation)
+                    return answer()
+                error, gone = translate_error(self.id, self.spec.transport, self.http_status, operation, exc)
+                if gone:
+                    self._closed.set()
+                raise error from None
             except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
                 self._closed.set()
                 raise UpstreamUnavailable(
-                    f"Server {self.id!r} could not be reached for {operation}: {self.redact(_describe(exc))}.",
+                    f"Server {self.id!r} could not be reached for {operation}: {self.redact(describe(exc))}.",
                     server=self.id,
                     sent=not isinstance(exc, ConnectionRefusedError),
                 ) from None
-
-    def _translate(self, operation: str, exc: MCPError) -> Exception:
-        """A gateway error for what the transport (not the server) reported; else `exc` itself."""
-        if exc.code == types.CONNECTION_CLOSED:
-            self._closed.set()
-            return UpstreamUnavailable(
-                f"Server {self.id!r} closed its connection during {operation}; the gateway reconnects.",
-                server=self.id,
-                sent=True,
-            )
-        if exc.code == types.REQUEST_TIMEOUT:
-            return UpstreamTimeout(f"Server {self.id!r} did not answer {operation} in time.", server=self.id, sent=True)
-        if self.spec.transport != "http":
-            return exc
-        if exc.code == types.INVALID_REQUEST and exc.error.message == "Session terminated":
-            # The server forgot our session (it restarted): reconnect; the request never ran.
-            self._closed.set()
-            return UpstreamUnavailable(
-                f"Server {self.id!r} ended the gateway's session; the gateway reconnects.", server=self.id
-            )
-        if exc.code == types.INTERNAL_ERROR and exc.error.message == "Server returned an error response":
-            status = self.http_status
-            if status in (401, 403):
-                return UpstreamUnauthorized(
-                    f"Server {self.id!r} refused the gateway's credentials (HTTP {status}) for {operation}. "
-                    "An operator has to fix its credentials in the gateway's configuration.",
-                    server=self.id,
-                    details={"http_status": status},
-                )
-            return UpstreamUnavailable(
-                f"Server {self.id!r} failed {operation} with HTTP {status or 'error'}; try again later.",
-                server=self.id,
-                sent=True,
-                details={"http_status": status} if status else None,
-            )
-        return exc
-
-    async def subscribe(self, uri: str) -> None:
-        """Subscribe to updates of one resource, on whichever protocol era the server speaks."""
-        if uri in self._subscriptions:
-            return
-        self._subscriptions.add(uri)
-        if self.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            await self._relisten()
-        else:
-            await self.request("resources/subscribe", lambda c: _legacy(c.session.subscribe_resource, uri))
-
-    async def _relisten(self) -> None:
-        """Re-open the listen stream with the current subscriptions; wait (bounded) for its ack,
-        so that an update published right after `resources/subscribe` returns is not missed."""
-        acknowledged = self._listen_acknowledged = anyio.Event()
-        self._resubscribe.set()
-        with anyio.move_on_after(self.call_timeout):
-            await acknowledged.wait()
-
-    async def unsubscribe(self, uri: str) -> None:
-        if uri not in self._subscriptions:
-            return
-        self._subscriptions.discard(uri)
-        if self.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            await self._relisten()
-        else:
-            await self.request("resources/unsubscribe", lambda c: _legacy(c.session.unsubscribe_resource, uri))
-
-
-async def cancel_when(event: anyio.Event, scope: anyio.CancelScope) -> None:
-    """Cancel `scope` once `event` is set (start it as a task beside the work to bound)."""
-    await event.wait()
-    scope.cancel()
-
-
-async def _all_pages(fetch: Callable[..., Awaitable[Any]], items: Callable[[Any], list[Any]]) -> list[Any]:
-    collected: list[Any] = []
-    cursor: str | None = None
-    for _ in range(_MAX_PAGES):
-        page = await fetch(cursor=cursor, cache_mode="refresh")
-        collected.extend(items(page))
-        cursor = page.next_cursor
-        if not cursor:
-            break
-    return collected
 
 
 async def _probe(client: Client) -> None:
@@ -753,61 +587,13 @@ async def _probe(client: Client) -> None:
     if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
         await client.session.send_discover(client.protocol_version)
     else:
-        await _legacy(client.send_ping)
-
-
-async def _legacy(method: Callable[..., Awaitable[Any]], *args: Any) -> Any:
-    """Call an SDK method that 2026-07-28 deprecates but handshake-era servers still need."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", MCPDeprecationWarning)
-        return await method(*args)
-
-
-def unavailable_error(upstream: Upstream) -> UpstreamUnavailable | UpstreamUnauthorized:
-    """The error for a call to a server that is not connected: unauthorized, or just unavailable."""
-    if upstream.unauthorized:
-        return UpstreamUnauthorized(
-            f"Server {upstream.id!r} refused the gateway's credentials ({upstream.reason}). "
-            "An operator has to fix its credentials in the gateway's configuration.",
-            server=upstream.id,
-        )
-    return UpstreamUnavailable(unavailable_message(upstream), server=upstream.id)
-
-
-def unavailable_message(upstream: Upstream) -> str:
-    """A sentence for a model: which server is down, why, and when it will be retried."""
-    reason = f": {upstream.reason}" if upstream.reason else ""
-    text = f"Server {upstream.id!r} is not available ({upstream.state}{reason})."
-    if upstream.retry_at is not None:
-        seconds = max(0.0, (upstream.retry_at - datetime.now(UTC)).total_seconds())
-        text += f" The gateway reconnects in {seconds:.0f} s; try again after that."
-    elif upstream.state == "starting":
-        text += " It is still connecting; try again in a few seconds."
-    return text
+        await legacy_call(client.send_ping)
 
 
 def restart_delay(failures: int) -> float:
     """Exponential backoff with jitter: about 1, 2, 4 ... seconds, at most a minute."""
     base = min(RESTART_BACKOFF_MAX, RESTART_BACKOFF_BASE * 2 ** (failures - 1))
     return float(base * random.uniform(0.5, 1.0))
-
-
-def _status_of(exc: BaseException) -> int | None:
-    """The HTTP status inside an exception (group), if an HTTP response caused it."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    response = getattr(exc, "response", None)
-    status = getattr(response, "status_code", None)
-    return status if isinstance(status, int) else None
-
-
-def _describe(exc: BaseException) -> str:
-    """A one-line reason, unwrapping exception groups to their first leaf."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    name = type(exc).__name__
-    return f"{name}: {text}" if text else name
 
 
 def gateway_version() -> str:

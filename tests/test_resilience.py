@@ -23,13 +23,26 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
+from mcp import Client
 
 from gateway import upstream as upstream_module
+from gateway.calls import compose
+from gateway.calls.breaker import CircuitBreaker, CircuitBreakers, refusal
+from gateway.calls.timeout import apply_timeout
 from gateway.config import load_config
-from gateway.errors import ERROR_META_KEY, GatewayError
+from gateway.errors import ERROR_META_KEY, GatewayError, UpstreamTimeout, UpstreamUnavailable
 from gateway.registry import Registry, specs_from_config
 from gateway.settings import ResilienceSettings, Settings
-from tests.conftest import DEMO_SERVER, REPO, gateway_over_stdio, start_demo_http, stop_process, write_config
+from tests.conftest import (
+    DEMO_SERVER,
+    REPO,
+    gateway_over_stdio,
+    start_demo_http,
+    start_gateway_http,
+    stop_process,
+    write_config,
+)
+from tests.test_calls import Script, make_call
 
 pytestmark = pytest.mark.anyio
 
@@ -438,3 +451,140 @@ async def test_health_probes_keep_a_healthy_server_ready_in_either_protocol_era(
             await anyio.sleep(1.0)  # about ten probes each
             assert (modern.state, legacy.state) == ("ready", "ready")
             assert (modern.state_since, legacy.state_since) == changes
+
+
+# ---- recovery under load ----------------------------------------------------------------------------
+
+
+async def _new_pid(pid_file: Path, old: int | None) -> int:
+    """Wait until the stdio child (re)started and wrote its pid."""
+    while True:
+        text = pid_file.read_text() if pid_file.exists() else ""
+        if text and int(text) != old:
+            return int(text)
+        await anyio.sleep(0.01)
+
+
+async def test_under_load_a_sigkilled_stdio_server_serves_again_within_5_s_of_its_restart(tmp_path: Path) -> None:
+    """12 sessions call a tool 5 times a second each; the child is SIGKILLed twice, the second
+    time as soon as it serves again (when the breaker used to be probing)."""
+    pid_file = tmp_path / "child.pid"
+    config = write_config(tmp_path / "gateway.yaml", "mcps:\n" + demo("child", "--pid-file", str(pid_file)))
+    process, url = start_gateway_http(config, tmp_path)
+    outcomes: list[tuple[float, float, bool]] = []  # (started, ended, succeeded)
+    stop = anyio.Event()
+
+    async def session() -> None:
+        async with Client(url) as client:
+            while not stop.is_set():
+                started = time.monotonic()
+                result = await client.call_tool("child__echo", {"text": "hi"})
+                outcomes.append((started, time.monotonic(), not result.is_error))
+                await anyio.sleep(max(0.0, 0.2 - (time.monotonic() - started)))
+
+    def first_success_after(moment: float) -> float | None:
+        return min((ended for started, ended, ok in outcomes if ok and started >= moment), default=None)
+
+    recoveries: list[float] = []
+    try:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                for _ in range(12):
+                    tg.start_soon(session)
+                pid = await _new_pid(pid_file, None)
+                with anyio.fail_after(10):
+                    while first_success_after(time.monotonic() - 0.5) is None:
+                        await anyio.sleep(0.05)
+                for _kill in range(2):
+                    killed_at = time.monotonic()
+                    os.kill(pid, signal.SIGKILL)
+                    pid = await _new_pid(pid_file, pid)
+                    restarted_at = time.monotonic()
+                    with anyio.fail_after(10):
+                        while (served := first_success_after(killed_at)) is None:
+                            await anyio.sleep(0.02)
+                    recoveries.append(served - restarted_at)
+                window = time.monotonic()
+                await anyio.sleep(2.0)  # a fixed window in which it must keep serving
+                stop.set()
+    finally:
+        stop_process(process)
+    print(f"seconds from restart to the first successful call: {recoveries}")
+    assert all(seconds < 5.0 for seconds in recoveries), recoveries
+    later = [ok for started, _ended, ok in outcomes if window <= started < window + 2.0]
+    assert len(later) > 50 and all(later), (len(later), later.count(False))  # no breaker holds it back
+
+
+# ---- the circuit breaker's recovery ----------------------------------------------------------------
+
+
+def _opened(clock: list[float]) -> CircuitBreaker:
+    breaker = CircuitBreaker(failures=3, reset_seconds=30, clock=lambda: clock[0])
+    for _ in range(3):
+        breaker.failed(breaker.admit())
+    assert breaker.state == "open"
+    return breaker
+
+
+def test_a_fresh_session_with_the_server_closes_its_breaker_at_once() -> None:
+    breakers = CircuitBreakers(failures=1, reset_seconds=30)
+    breakers.session_started("s", 1)
+    breaker = breakers.get("s")
+    breaker.failed(breaker.admit())
+    assert breakers.state("s") == "open"
+    breakers.session_started("s", 1)  # the same session again (e.g. after a health check): no change
+    assert breakers.state("s") == "open"
+    breakers.session_started("s", 2)
+    assert breakers.state("s") == "closed" and breaker.admit()
+
+
+def test_late_failures_of_calls_sent_before_the_breaker_changed_do_not_count_again() -> None:
+    clock = [0.0]
+    breaker = CircuitBreaker(failures=3, reset_seconds=30, clock=lambda: clock[0])
+    in_flight = [breaker.admit() for _ in range(5)]
+    for admission in in_flight[:3]:
+        breaker.failed(admission)
+    assert breaker.state == "open" and breaker.consecutive == 3
+    clock[0] = 20.0
+    for admission in in_flight[3:]:  # the same outage, reported late: the breaker is not held longer
+        breaker.failed(admission)
+    assert breaker.consecutive == 3 and breaker.seconds_left() == 10
+    clock[0] = 30.0
+    probe = breaker.admit()
+    assert probe is not None and breaker.admit() is None
+    breaker.reconnected()  # a new session while the probe hangs on the old one: calls go again
+    assert breaker.state == "closed" and breaker.admit()
+    breaker.failed(probe)  # the old probe times out at last: it counts for nothing now
+    assert breaker.state == "closed" and breaker.consecutive == 0
+
+
+async def test_a_probe_that_times_out_opens_the_breaker_once_for_one_more_period() -> None:
+    clock = [0.0]
+    breakers = CircuitBreakers(failures=2, reset_seconds=30, clock=lambda: clock[0])
+    chain = compose([breakers, apply_timeout])
+
+    async def hang(arguments: Any) -> types.CallToolResult:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    for _ in range(2):
+        with pytest.raises(UpstreamUnavailable):
+            await chain(make_call(Script(UpstreamUnavailable("down", server="s"))))
+    clock[0] = 30.0
+    with pytest.raises(UpstreamTimeout):
+        await chain(make_call(hang, timeout=0.05))
+    breaker = breakers.get("s")
+    assert breaker.state == "open" and breaker.consecutive == 3 and breaker.seconds_left() == 30
+
+
+def test_the_refusal_says_when_the_next_attempt_is_made_and_never_0_s() -> None:
+    clock = [0.0]
+    breaker = _opened(clock)
+    clock[0] = 29.8
+    error = refusal("weather", breaker)
+    assert "holding calls to it for 1 s more" in error.message and error.details["retry_after_seconds"] == 1
+    clock[0] = 30.0
+    assert breaker.admit() is not None  # due now: this call is the probe
+    error = refusal("weather", breaker)
+    assert "0 s" not in error.message and "one call is testing it right now" in error.message
+    assert error.details["retry_after_seconds"] >= 1

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +19,8 @@ import mcp_types as types
 import pytest
 from mcp import Client
 
+from gateway.upstream import Upstream, UpstreamSpec, unavailable_message
+from gateway.upstream_logs import StderrLog
 from tests.conftest import (
     DEMO_SERVER,
     REPO,
@@ -24,6 +30,7 @@ from tests.conftest import (
     stop_process,
     write_config,
 )
+from tests.test_resilience import _text, call, running
 
 pytestmark = pytest.mark.anyio
 
@@ -153,3 +160,212 @@ async def test_the_servers_instructions_reach_the_client_under_their_names(tmp_p
             instructions = client.instructions or ""
     assert "aggregates several MCP servers" in instructions
     assert "## old (tools 'old__*')\nThe old test server." in instructions
+
+
+# ---- servers that implement part of MCP ------------------------------------------------------------
+
+PARTIAL_SERVER = REPO / "tests" / "servers" / "partial_server.py"
+
+
+@pytest.mark.parametrize("protocol", ["auto", "legacy"])
+async def test_a_server_that_answers_method_not_found_to_optional_methods_serves_its_tools(
+    tmp_path: Path, protocol: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="gateway.listing")
+    servers = f"  partial:\n    command: {sys.executable}\n    args: [{json.dumps(str(PARTIAL_SERVER))}]\n"
+    servers += f"    protocol: {protocol}\n"
+    with anyio.fail_after(60):
+        async with running(tmp_path, servers) as registry:
+            partial = registry.upstreams["partial"]
+            assert partial.state == "ready", partial.reason
+            assert sorted(registry.catalog.tools) == ["partial__echo"]
+            assert [r.uri for r in partial.listing.resources] == ["memo://note"] and partial.listing.templates == []
+            assert _text(await call(registry, "partial__echo", {"text": "whole"})) == "whole"
+
+            reference = types.ResourceTemplateReference(uri="memo://{name}")
+            completion = await partial.request(
+                "completion/complete", lambda c: c.session.complete(reference, {"name": "name", "value": ""})
+            )
+            assert completion.completion.values == []  # "method not found" means: no suggestions
+            await partial.subscribe("memo://note")  # nothing to subscribe to, and no error
+
+            assert partial.pid is not None
+            os.kill(partial.pid, signal.SIGKILL)  # the next session lists again
+            with anyio.fail_after(20):
+                while partial.sessions < 2 or partial.state != "ready":
+                    await anyio.sleep(0.05)
+            assert _text(await call(registry, "partial__echo", {"text": "again"})) == "again"
+    notes = [r for r in caplog.records if "does not support resources/templates/list" in r.getMessage()]
+    assert len(notes) == 1 and notes[0].levelno == logging.DEBUG  # once per server, at DEBUG
+
+
+SQLITE_SERVER = ("mcp-server-sqlite==2025.4.25", "mcp==1.30.0")
+"""`mcp-server-sqlite` on the Python SDK 1.x low-level `Server`, which answers
+`resources/templates/list` with "method not found". Its own pin says `mcp>=1.0.0`, and
+with the 2.x SDK it does not even start, so the SDK is pinned as it was when it was written."""
+
+_OFFLINE = re.compile(r"No matching distribution|Could not find a version|NewConnectionError|Network is unreachable")
+
+
+@pytest.fixture(scope="session")
+def sqlite_server(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`mcp-server-sqlite` from PyPI in a venv of its own: it needs the 1.x SDK, the gateway runs 2.x."""
+    venv = tmp_path_factory.mktemp("mcp-server-sqlite")
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    install = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", *SQLITE_SERVER],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if install.returncode != 0:
+        if _OFFLINE.search(install.stderr):
+            pytest.skip(f"pip cannot reach PyPI to install {' '.join(SQLITE_SERVER)}: {install.stderr.strip()[-300:]}")
+        raise AssertionError(f"installing {SQLITE_SERVER} failed:\n{install.stderr}")
+    return venv / "bin" / "mcp-server-sqlite"
+
+
+@pytest.mark.parametrize("protocol", ["auto", "legacy"])
+async def test_mcp_server_sqlite_connects_through_the_gateway_and_its_tools_are_callable(
+    tmp_path: Path, sqlite_server: Path, protocol: str
+) -> None:
+    database = tmp_path / "shop.db"
+    config = write_config(
+        tmp_path / "gateway.yaml",
+        f"""
+        mcps:
+          sqlite:
+            command: {sqlite_server}
+            args: [--db-path, "{database}"]
+            protocol: {protocol}
+        """,
+    )
+    with anyio.fail_after(90):
+        async with gateway_over_stdio(config, tmp_path) as client:
+            tools = {tool.name for tool in (await client.list_tools()).tools}
+            assert {"sqlite__list_tables", "sqlite__create_table", "sqlite__read_query"} <= tools
+            created = await client.call_tool("sqlite__create_table", {"query": "CREATE TABLE fruit (name TEXT)"})
+            assert not created.is_error, created
+            await client.call_tool("sqlite__write_query", {"query": "INSERT INTO fruit VALUES ('fig')"})
+            listed = await client.call_tool("sqlite__list_tables", {})
+            assert "fruit" in _text(listed)
+            rows = await client.call_tool("sqlite__read_query", {"query": "SELECT name FROM fruit"})
+            assert "fig" in _text(rows)
+
+
+# ---- stderr -----------------------------------------------------------------------------------------
+
+
+def test_repeated_stderr_lines_are_collapsed_and_only_the_last_lines_are_kept(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="gateway.upstream.stderr")
+    log = StderrLog("s", size=5)
+    log.add("starting\n")
+    for _ in range(89):
+        log.add("warning: deprecated\n")
+    assert log.tail == ["starting", "warning: deprecated", "... repeated 88 times"]  # a count in progress
+    log.add("ready\n")
+    assert log.tail == ["starting", "warning: deprecated", "... repeated 88 times", "ready"]
+    logged = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "gateway.upstream.stderr"]
+    assert logged == [
+        (logging.DEBUG, "[s] starting"),
+        (logging.DEBUG, "[s] warning: deprecated"),
+        (logging.DEBUG, "[s] ... repeated 88 times"),
+        (logging.DEBUG, "[s] ready"),
+    ]
+    for i in range(100):
+        log.add(f"line {i}")
+    assert log.tail == [f"line {i}" for i in range(95, 100)] and log.last_line == "line 99"
+
+
+CHATTY = (
+    "import sys\n"
+    "print('starting', file=sys.stderr)\n"
+    "for _ in range(89): print('warning: deprecated', file=sys.stderr)\n"
+    "print('fatal: missing API key', file=sys.stderr)\n"
+    "sys.exit(1)\n"
+)
+
+
+@pytest.mark.parametrize("level", ["default", "warning"])
+def test_check_shows_a_failed_servers_last_stderr_lines_which_are_logged_at_debug_unless_raised(
+    tmp_path: Path, level: str
+) -> None:
+    setting = f"    stderr_log_level: {level}\n" if level != "default" else ""
+    config = write_config(
+        tmp_path / "gw.yaml",
+        f"mcps:\n  chatty:\n    command: {sys.executable}\n    args: {json.dumps(['-c', CHATTY])}\n{setting}",
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "gateway", "--config", str(config), "check"],
+        capture_output=True,
+        text=True,
+        env=gateway_env(tmp_path) | {"GATEWAY_LOG_LEVEL": "INFO", "GATEWAY_STARTUP_TIMEOUT": "10"},
+        cwd=REPO,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert "its last stderr line: fatal: missing API key" in result.stdout
+    assert result.stdout.splitlines()[-3:] == [
+        "    stderr: warning: deprecated",
+        "    stderr: ... repeated 88 times",
+        "    stderr: fatal: missing API key",
+    ]
+    relayed = [line for line in result.stderr.splitlines() if "gateway.upstream.stderr" in line]
+    if level == "default":
+        assert relayed == []
+    else:
+        assert [line.split(": ", 1)[1] for line in relayed[:4]] == [
+            "[chatty] starting",
+            "[chatty] warning: deprecated",
+            "[chatty] ... repeated 88 times",
+            "[chatty] fatal: missing API key",
+        ]
+
+
+STALE_STDERR = """
+import os, subprocess, sys, time
+marks = sys.argv[1]
+attempt = len(os.listdir(marks)) + 1
+open(os.path.join(marks, f"attempt{attempt}"), "w").close()
+if attempt == 1:  # leaves a process behind that writes on this attempt's stderr later
+    code = f"import os, sys, time\\nwhile not os.path.exists({os.path.join(marks, 'attempt2')!r}): time.sleep(0.02)\\n"
+    code += "print('stale line from attempt 1', file=sys.stderr, flush=True)\\n"
+    code += f"open({os.path.join(marks, 'stale')!r}, 'w').close()"
+    subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    print("attempt 1 failed", file=sys.stderr)
+    sys.exit(1)
+print(f"attempt {attempt} failed", file=sys.stderr, flush=True)
+while not os.path.exists(os.path.join(marks, "stale")):
+    time.sleep(0.02)
+time.sleep(0.3)
+sys.exit(1)
+"""
+
+
+async def test_a_failure_reason_quotes_only_the_stderr_of_its_own_attempt(tmp_path: Path) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    servers = f"  flaky:\n    command: {sys.executable}\n    args: {json.dumps(['-c', STALE_STDERR, str(marks)])}\n"
+    with anyio.fail_after(60):
+        async with running(tmp_path, servers, startup_timeout=10) as registry:
+            flaky = registry.upstreams["flaky"]
+            with anyio.fail_after(30):
+                while "attempt 2" not in (flaky.reason or "") or flaky.state != "failed":
+                    await anyio.sleep(0.05)
+            assert (marks / "stale").exists()
+            assert (flaky.reason or "").endswith("its last stderr line: attempt 2 failed"), flaky.reason
+            assert "stale" not in " ".join(flaky.stderr_tail)
+
+
+def test_the_unavailable_message_says_when_the_gateway_reconnects_and_never_0_s() -> None:
+    from mcp.server import MCPServer
+
+    upstream = Upstream(UpstreamSpec(id="w", prefix="w", transport="memory", target=MCPServer("w")), events=None)  # type: ignore[arg-type]
+    upstream.state, upstream.reason = "failed", "MCPError: Connection closed"
+    upstream.retry_at = datetime.now(UTC) + timedelta(seconds=0.2)
+    assert "The gateway reconnects in 1 s" in unavailable_message(upstream)
+    upstream.retry_at = datetime.now(UTC) - timedelta(seconds=1)  # due: the attempt is being made
+    message = unavailable_message(upstream)
+    assert "0 s" not in message and "reconnecting now" in message

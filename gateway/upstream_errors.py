@@ -1,0 +1,98 @@
+"""How an upstream's failures are told: one-line reasons, and gateway errors a model can act on."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
+
+from gateway.errors import UpstreamTimeout, UpstreamUnauthorized, UpstreamUnavailable
+
+if TYPE_CHECKING:
+    from gateway.upstream import Upstream
+
+__all__ = ["describe", "server_answered", "status_of", "translate_error", "unavailable_error", "unavailable_message"]
+
+
+def translate_error(
+    server: str, transport: str, http_status: int | None, operation: str, exc: MCPError
+) -> tuple[Exception, bool]:
+    """A gateway error for what the transport (not the server) reported, else `exc` itself; and
+    whether the connection is gone (then the supervisor reconnects)."""
+    if exc.code == types.CONNECTION_CLOSED:
+        message = f"Server {server!r} closed its connection during {operation}; the gateway reconnects."
+        return UpstreamUnavailable(message, server=server, sent=True), True
+    if exc.code == types.REQUEST_TIMEOUT:
+        message = f"Server {server!r} did not answer {operation} in time."
+        return UpstreamTimeout(message, server=server, sent=True), False
+    if transport != "http":
+        return exc, False
+    if exc.code == types.INVALID_REQUEST and exc.error.message == "Session terminated":
+        # The server forgot our session (it restarted): reconnect; the request never ran.
+        message = f"Server {server!r} ended the gateway's session; the gateway reconnects."
+        return UpstreamUnavailable(message, server=server), True
+    if exc.code == types.INTERNAL_ERROR and exc.error.message == "Server returned an error response":
+        if http_status in (401, 403):
+            message = (
+                f"Server {server!r} refused the gateway's credentials (HTTP {http_status}) for {operation}. "
+                "An operator has to fix its credentials in the gateway's configuration."
+            )
+            return UpstreamUnauthorized(message, server=server, details={"http_status": http_status}), False
+        message = f"Server {server!r} failed {operation} with HTTP {http_status or 'error'}; try again later."
+        details = {"http_status": http_status} if http_status else None
+        return UpstreamUnavailable(message, server=server, sent=True, details=details), False
+    return exc, False
+
+
+def unavailable_error(upstream: Upstream) -> UpstreamUnavailable | UpstreamUnauthorized:
+    """The error for a call to a server that is not connected: unauthorized, or just unavailable."""
+    if upstream.unauthorized:
+        return UpstreamUnauthorized(
+            f"Server {upstream.id!r} refused the gateway's credentials ({upstream.reason}). "
+            "An operator has to fix its credentials in the gateway's configuration.",
+            server=upstream.id,
+        )
+    return UpstreamUnavailable(unavailable_message(upstream), server=upstream.id)
+
+
+def unavailable_message(upstream: Upstream) -> str:
+    """A sentence for a model: which server is down, why, and when it will be retried."""
+    reason = f": {upstream.reason}" if upstream.reason else ""
+    text = f"Server {upstream.id!r} is not available ({upstream.state}{reason})."
+    if upstream.retry_at is not None:
+        seconds = math.ceil((upstream.retry_at - datetime.now(UTC)).total_seconds())
+        if seconds > 0:
+            text += f" The gateway reconnects in {seconds} s; try again after that."
+        else:
+            text += " The gateway is reconnecting now; try again in a few seconds."
+    elif upstream.state == "starting":
+        text += " It is still connecting; try again in a few seconds."
+    return text
+
+
+def status_of(exc: BaseException) -> int | None:
+    """The HTTP status inside an exception (group), if an HTTP response caused it."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    response = getattr(exc, "response", None)
+    status = getattr(response, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def server_answered(exc: BaseException) -> bool:
+    """Whether the failure is an error the server sent itself (not a dead or silent transport)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return isinstance(exc, MCPError) and exc.code not in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT)
+
+
+def describe(exc: BaseException) -> str:
+    """A one-line reason, unwrapping exception groups to their first leaf."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    name = type(exc).__name__
+    return f"{name}: {text}" if text else name

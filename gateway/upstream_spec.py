@@ -1,0 +1,83 @@
+"""What an upstream is (its spec), the states it goes through, and what it reports to its owner."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+import mcp_types as types
+from mcp import StdioServerParameters
+from mcp.server import MCPServer, Server
+
+if TYPE_CHECKING:
+    from gateway.upstream import Upstream
+
+__all__ = ["CONNECTED_STATES", "LISTED_STATES", "ServerState", "Transport", "UpstreamEvents", "UpstreamSpec"]
+
+ServerState = Literal["starting", "ready", "degraded", "idle", "failed", "disabled", "stopped"]
+CONNECTED_STATES = ("ready", "degraded")
+"""States in which requests are sent: `degraded` is connected but failing health checks."""
+LISTED_STATES = (*CONNECTED_STATES, "idle")
+"""States whose listing is in the catalog: an `idle` on-demand server starts on its first call."""
+Transport = Literal["memory", "stdio", "http", "sse"]
+
+
+@dataclass(frozen=True)
+class UpstreamSpec:
+    """Everything needed to connect to one server, whatever its origin."""
+
+    id: str
+    prefix: str
+    transport: Transport
+    target: MCPServer | Server[Any] | StdioServerParameters | str
+    name: str = ""
+    description: str = ""
+    capabilities: tuple[str, ...] = ()
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    timeout: float | None = None
+    enabled: bool = True
+    origin: str = "config"
+    """`config` for YAML servers, `plugin:<name>` for internal ones."""
+    tool_filter: Callable[[str], bool] | None = None
+    protocol: Literal["auto", "legacy"] = "auto"
+    """`auto` probes 2026-07-28 `server/discover` first; `legacy` goes straight to `initialize`."""
+    tool_timeouts: Mapping[str, float] = field(default_factory=dict)
+    """Per-tool timeouts, by fnmatch glob on the server's own tool names; first match wins."""
+    retry_tools: tuple[str, ...] = ()
+    """Globs of tools safe to retry after the request was sent, besides annotated ones."""
+    max_concurrent_calls: int | None = None
+    """Most requests in flight at once; None: the gateway-wide default."""
+    health_interval: float | None = None
+    """Seconds between pings; None: the gateway-wide default; 0: none."""
+    start: Literal["eager", "on_demand"] = "eager"
+    """`on_demand`: started by its first call (stdio servers), stopped again after `idle_timeout`."""
+    idle_timeout: float = 300.0
+    """Seconds without calls after which an on-demand server is stopped."""
+    forward_caller_token: bool = False
+    """Whether requests made for a caller carry the caller's own bearer token (`gateway.caller_sessions`)."""
+    secrets: tuple[str, ...] = field(default=(), repr=False)
+    """Credential and header values, masked wherever the server's words are repeated."""
+    stderr_level: int = logging.DEBUG
+    """The log level of a stdio server's stderr lines (`gateway.upstream_logs`)."""
+
+    @property
+    def display_name(self) -> str:
+        return self.name or self.id
+
+
+class UpstreamEvents(Protocol):
+    """What an upstream reports to its owner (the registry)."""
+
+    async def listing_changed(self, upstream: Upstream) -> None: ...
+
+    async def state_changed(self, upstream: Upstream) -> None: ...
+
+    async def resource_updated(self, upstream: Upstream, uri: str) -> None: ...
+
+    async def log_message(self, upstream: Upstream, params: types.LoggingMessageNotificationParams) -> None: ...
+
+    async def relay_request(
+        self, upstream: Upstream, request: types.InputRequest
+    ) -> types.InputResponse | types.ErrorData: ...
