@@ -12,14 +12,17 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import anyio
 import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
 
-from gateway.settings import Settings
+from gateway.settings import EmbeddingSettings, Settings
+
+if TYPE_CHECKING:
+    from gateway.router.embedder import FastEmbedEmbedder
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_SERVER = REPO / "tests" / "servers" / "demo_server.py"
@@ -37,6 +40,25 @@ def _private_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("GATEWAY_DATA_DIR", str(tmp_path_factory.mktemp("data")))
         yield
+
+
+@pytest.fixture(scope="session")
+def model_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The data dir in which `embedder` assembled the bundled model."""
+    return tmp_path_factory.mktemp("model-data")
+
+
+@pytest.fixture(scope="session")
+def embedder(model_data_dir: Path) -> FastEmbedEmbedder:
+    """The bundled embedding model, loaded once for the session (once per xdist worker).
+
+    Loading it takes about a second; tests that only embed with it share this one.
+    """
+    from gateway.router.embedder import FastEmbedEmbedder, load_embedder
+
+    loaded = load_embedder(EmbeddingSettings(), model_data_dir)
+    assert isinstance(loaded, FastEmbedEmbedder), "the bundled embedding model must load"
+    return loaded
 
 
 async def call_plugin_tool(settings: Settings, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
@@ -139,6 +161,14 @@ def demo_http_url() -> Iterator[str]:
 def write_config(path: Path, body: str) -> Path:
     path.write_text(textwrap.dedent(body))
     return path
+
+
+NO_EMBEDDINGS = {"GATEWAY_EMBEDDING__ENABLED": "false"}
+"""Extra environment for a gateway child whose test ranks no tools: the router uses BM25 alone.
+
+Loading the embedding model and embedding the catalog costs a child about 1.7 s of CPU
+in the background; a test that searches, ranks or reads the router's metrics keeps it.
+"""
 
 
 def gateway_env(tmp_path: Path, *, plugins_dir: Path = FIXTURE_PLUGINS) -> dict[str, str]:

@@ -31,9 +31,10 @@ from gateway.config import ConfigError, load_config
 from gateway.errors import ERROR_META_KEY
 from gateway.registry import Registry, specs_from_config
 from gateway.settings import Settings
-from tests.conftest import REPO, start_gateway_http, start_script_http, stop_process, write_config
+from tests.conftest import NO_EMBEDDINGS, REPO, start_gateway_http, start_script_http, stop_process, write_config
 
-pytestmark = pytest.mark.anyio
+# Under xdist (--dist loadgroup) one worker runs the whole module, so its module fixture starts once.
+pytestmark = [pytest.mark.anyio, pytest.mark.xdist_group("caller_tokens")]
 
 RECORDER = REPO / "tests" / "servers" / "poisoned_server.py"
 ISSUER = "https://id.example.com/"
@@ -87,7 +88,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
             everything: {{}}
         """,
     )
-    gateway, gateway_url = start_gateway_http(config, tmp, {"SERVICE_TOKEN": f"Bearer {SERVICE_TOKEN}"})
+    gateway, gateway_url = start_gateway_http(config, tmp, NO_EMBEDDINGS | {"SERVICE_TOKEN": f"Bearer {SERVICE_TOKEN}"})
     try:
         yield Deployment(gateway_url, tokens)
     finally:

@@ -29,7 +29,15 @@ from gateway.config import load_config
 from gateway.errors import ERROR_META_KEY, GatewayError
 from gateway.registry import Registry, specs_from_config
 from gateway.settings import ResilienceSettings, Settings
-from tests.conftest import DEMO_SERVER, REPO, gateway_over_stdio, start_demo_http, stop_process, write_config
+from tests.conftest import (
+    DEMO_SERVER,
+    NO_EMBEDDINGS,
+    REPO,
+    gateway_over_stdio,
+    start_demo_http,
+    stop_process,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -125,7 +133,7 @@ async def test_sigkill_mid_call_through_the_gateway_reaches_the_client_as_an_err
     marker = tmp_path / "appended"
     config = write_config(tmp_path / "gateway.yaml", "mcps:\n" + demo("child"))
     with anyio.fail_after(60):
-        async with gateway_over_stdio(config, tmp_path) as client:
+        async with gateway_over_stdio(config, tmp_path, NO_EMBEDDINGS) as client:
             pid = int(_text(await client.call_tool("child__pid", {})))
             outcome: list[types.CallToolResult] = []
 

@@ -27,11 +27,9 @@ from gateway.router.documents import (
     truncate,
     truncate_tokens,
 )
-from gateway.router.embedder import load_embedder
 from gateway.router.eval import format_report, load_catalog, run_eval
 from gateway.router.index import Router, RouterConfig
 from gateway.router.steps import split_query
-from gateway.settings import EmbeddingSettings
 from tests.conftest import REPO
 
 # --------------------------------------------------------------------------- fixtures
@@ -98,11 +96,8 @@ QUERIES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def embedder(tmp_path_factory: pytest.TempPathFactory) -> Embedder:
-    loaded = load_embedder(EmbeddingSettings(), tmp_path_factory.mktemp("data"))
-    assert loaded is not None, "the bundled embedding model must load"
-    return loaded
+# Under xdist (--dist loadgroup) one worker runs the whole module, so its module fixture starts once.
+pytestmark = pytest.mark.xdist_group("router")
 
 
 @pytest.fixture(scope="module")
