@@ -29,6 +29,40 @@ DEMO_SERVER = REPO / "tests" / "servers" / "demo_server.py"
 FIXTURE_PLUGINS = REPO / "tests" / "fixtures" / "plugins"
 
 
+ONE_WORKER_MODULES = frozenset(
+    f"tests/{name}.py"
+    for name in (
+        "test_caller_tokens",  # module fixtures: a gateway and the servers behind it
+        "test_fuzz",  # and its last test checks what the others sent to that gateway
+        "test_openapi_plugin",
+        "test_replicas",
+        "test_router",  # module fixtures: routers with the whole test catalog embedded
+        "test_security_http",
+    )
+)
+"""Test modules that one pytest-xdist worker runs whole: their module fixtures start once."""
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`-n N` (xdist's `--dist load`): tests go one by one to whichever worker is free, except
+    that each module of `ONE_WORKER_MODULES` goes to one worker whole (the biggest first).
+
+    xdist's own `--dist loadgroup` with `xdist_group` marks would say this in the modules, but
+    with pytest 9.2 it silently stops grouping (pytest-dev/pytest-xdist#1386).
+    """
+    if config.getoption("dist") != "load":
+        return None  # another --dist was asked for
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModulesWhole(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module in ONE_WORKER_MODULES else nodeid
+
+    return ModulesWhole(config, log)
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"

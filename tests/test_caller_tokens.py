@@ -33,8 +33,7 @@ from gateway.registry import Registry, specs_from_config
 from gateway.settings import Settings
 from tests.conftest import NO_EMBEDDINGS, REPO, start_gateway_http, start_script_http, stop_process, write_config
 
-# Under xdist (--dist loadgroup) one worker runs the whole module, so its module fixture starts once.
-pytestmark = [pytest.mark.anyio, pytest.mark.xdist_group("caller_tokens")]
+pytestmark = pytest.mark.anyio
 
 RECORDER = REPO / "tests" / "servers" / "poisoned_server.py"
 ISSUER = "https://id.example.com/"

@@ -62,10 +62,6 @@ class Target:
         return response
 
 
-# Under xdist (--dist loadgroup) one worker runs the whole module, so its module fixture starts once.
-pytestmark = pytest.mark.xdist_group("fuzz")
-
-
 @pytest.fixture(scope="module")
 def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     tmp = tmp_path_factory.mktemp("fuzz")

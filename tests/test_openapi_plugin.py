@@ -82,10 +82,6 @@ async def error(client: Client, tool: str, **arguments: Any) -> str:
     return text_of(result)
 
 
-# Under xdist (--dist loadgroup) one worker runs the whole module, so its module fixture starts once.
-pytestmark = pytest.mark.xdist_group("openapi_plugin")
-
-
 @pytest.fixture(scope="module")
 def library_url() -> Iterator[str]:
     process = subprocess.Popen(

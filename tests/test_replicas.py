@@ -38,8 +38,7 @@ if TYPE_CHECKING:
     from tests.postgres import PostgresServer
 
 pytest_plugins = ["tests.postgres"]  # the postgres_server fixture
-# Under xdist (--dist loadgroup) one worker runs the whole module, so its module fixture starts once.
-pytestmark = [pytest.mark.anyio, pytest.mark.xdist_group("replicas")]
+pytestmark = pytest.mark.anyio
 
 READY_TIMEOUT = 120.0
 """Seconds a replica may take to serve with embeddings (the first one embeds the catalog)."""

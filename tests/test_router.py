@@ -96,10 +96,6 @@ QUERIES = [
 ]
 
 
-# Under xdist (--dist loadgroup) one worker runs the whole module, so its module fixture starts once.
-pytestmark = pytest.mark.xdist_group("router")
-
-
 @pytest.fixture(scope="module")
 def dense_router(embedder: Embedder) -> Router:
     router = Router(embedder)

@@ -30,8 +30,7 @@ from gateway.cli import run
 from gateway.errors import ERROR_META_KEY
 from tests.conftest import DEMO_SERVER, REPO, start_gateway_http, start_script_http, stop_process, write_config
 
-# Under xdist (--dist loadgroup) one worker runs the whole module, so its module fixture starts once.
-pytestmark = [pytest.mark.anyio, pytest.mark.xdist_group("security_http")]
+pytestmark = pytest.mark.anyio
 
 POISONED_SERVER = REPO / "tests" / "servers" / "poisoned_server.py"
 KEYS = {name: new_key() for name in ("admin", "alpha", "tight")}
