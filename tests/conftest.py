@@ -183,8 +183,10 @@ def stop_process(process: subprocess.Popen[str]) -> None:
             pipe.close()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def demo_http_url() -> Iterator[str]:
+    """The demo server over streamable HTTP, shared by a module's tests (it starts in about a
+    second of CPU): a test that changes its state (`grow`) starts its own with `start_demo_http`."""
     process, url = start_demo_http()
     try:
         yield url

@@ -12,7 +12,6 @@ from typing import Any
 import anyio
 
 from gateway.records.model import PendingExecution, SearchRow
-from gateway.records.postgres import PostgresStore
 from gateway.records.recorder import CallRecorder, trail_keys
 from gateway.records.redaction import Masker, Redactor, no_mask
 from gateway.records.rows import execution_rows
@@ -37,6 +36,8 @@ def open_store(settings: Settings) -> RecordStore:
     if not url:
         return SqliteStore(settings.data_dir / SQLITE_FILE)
     if url.startswith(("postgresql://", "postgres://")):
+        from gateway.records.postgres import PostgresStore  # psycopg takes 0.15 s to import: only when used
+
         return PostgresStore(url)
     scheme = url.split(":", 1)[0]
     raise ValueError(
