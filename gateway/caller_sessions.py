@@ -44,8 +44,18 @@ def token_key(token: str) -> str:
 @dataclass
 class _Session:
     upstream: Upstream
+    events: _CallerEvents
     last_used: float
     in_flight: int = 0
+
+    async def wait_settled(self) -> None:
+        """Wait (up to the startup timeout) until the session is connected, or refused: a server
+        that refused the caller's token refuses it again on every reconnection, so waiting on
+        would only delay the answer."""
+        upstream = self.upstream
+        with anyio.move_on_after(upstream.startup_timeout):
+            while not upstream.connected and not (upstream.state == "failed" and upstream.unauthorized):
+                await self.events.changed.wait()
 
 
 class _CallerEvents:
@@ -54,12 +64,16 @@ class _CallerEvents:
 
     def __init__(self, owner: UpstreamEvents) -> None:
         self.owner = owner
+        self.changed = anyio.Event()
+        """Set at the session's next change of state (then replaced)."""
 
     async def listing_changed(self, upstream: Upstream) -> None:
         return None
 
     async def state_changed(self, upstream: Upstream) -> None:
         logger.debug("caller session to %r is %s (%s)", upstream.id, upstream.state, upstream.reason)
+        self.changed.set()
+        self.changed = anyio.Event()
 
     async def resource_updated(self, upstream: Upstream, uri: str) -> None:
         return None
@@ -123,7 +137,7 @@ class CallerSessions:
         if not upstream.connected:
             session.in_flight += 1  # not swept while it connects
             try:
-                await upstream.wait_ready(upstream.startup_timeout)
+                await session.wait_settled()
             finally:
                 session.in_flight -= 1
         if not upstream.connected:
@@ -148,15 +162,16 @@ class CallerSessions:
             secrets=(*shared.spec.secrets, token),
             health_interval=0,  # idle sessions are closed instead; a broken one is noticed by its next request
         )
+        events = _CallerEvents(self.owner)
         upstream = Upstream(
             spec,
-            _CallerEvents(self.owner),
+            events,
             startup_timeout=shared.startup_timeout,
             call_timeout=shared.call_timeout,
             relay_requests=shared.relay_requests,
         )
         upstream.limiter = shared.limiter
-        session = self._sessions[key] = _Session(upstream, anyio.current_time())
+        session = self._sessions[key] = _Session(upstream, events, anyio.current_time())
         group = self.task_group()
         group.start_soon(upstream.run, name=f"caller session {shared.id}")
         if not self._sweeping:

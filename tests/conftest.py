@@ -12,18 +12,55 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import anyio
 import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
 
-from gateway.settings import Settings
+from gateway.settings import EmbeddingSettings, Settings
+
+if TYPE_CHECKING:
+    from gateway.router.embedder import FastEmbedEmbedder
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_SERVER = REPO / "tests" / "servers" / "demo_server.py"
 FIXTURE_PLUGINS = REPO / "tests" / "fixtures" / "plugins"
+
+
+ONE_WORKER_MODULES = frozenset(
+    f"tests/{name}.py"
+    for name in (
+        "test_caller_tokens",  # module fixtures: a gateway and the servers behind it
+        "test_fuzz",  # and its last test checks what the others sent to that gateway
+        "test_openapi_plugin",
+        "test_replicas",
+        "test_router",  # module fixtures: routers with the whole test catalog embedded
+        "test_security_http",
+    )
+)
+"""Test modules that one pytest-xdist worker runs whole: their module fixtures start once."""
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`-n N` (xdist's `--dist load`): tests go one by one to whichever worker is free, except
+    that each module of `ONE_WORKER_MODULES` goes to one worker whole (the biggest first).
+
+    xdist's own `--dist loadgroup` with `xdist_group` marks would say this in the modules, but
+    with pytest 9.2 it silently stops grouping (pytest-dev/pytest-xdist#1386).
+    """
+    if config.getoption("dist") != "load":
+        return None  # another --dist was asked for
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModulesWhole(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module in ONE_WORKER_MODULES else nodeid
+
+    return ModulesWhole(config, log)
 
 
 @pytest.fixture
@@ -39,6 +76,25 @@ def _private_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None
         patch.setenv("GATEWAY_DATA_DIR", str(tmp_path_factory.mktemp("data")))
         patch.setenv("GATEWAY_PLUGINS__ENTRY_POINTS", "false")
         yield
+
+
+@pytest.fixture(scope="session")
+def model_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The data dir in which `embedder` assembled the bundled model."""
+    return tmp_path_factory.mktemp("model-data")
+
+
+@pytest.fixture(scope="session")
+def embedder(model_data_dir: Path) -> FastEmbedEmbedder:
+    """The bundled embedding model, loaded once for the session (once per xdist worker).
+
+    Loading it takes about a second; tests that only embed with it share this one.
+    """
+    from gateway.router.embedder import FastEmbedEmbedder, load_embedder
+
+    loaded = load_embedder(EmbeddingSettings(), model_data_dir)
+    assert isinstance(loaded, FastEmbedEmbedder), "the bundled embedding model must load"
+    return loaded
 
 
 async def call_plugin_tool(settings: Settings, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
@@ -129,8 +185,10 @@ def stop_process(process: subprocess.Popen[str]) -> None:
             pipe.close()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def demo_http_url() -> Iterator[str]:
+    """The demo server over streamable HTTP, shared by a module's tests (it starts in about a
+    second of CPU): a test that changes its state (`grow`) starts its own with `start_demo_http`."""
     process, url = start_demo_http()
     try:
         yield url
@@ -141,6 +199,14 @@ def demo_http_url() -> Iterator[str]:
 def write_config(path: Path, body: str) -> Path:
     path.write_text(textwrap.dedent(body))
     return path
+
+
+NO_EMBEDDINGS = {"GATEWAY_EMBEDDING__ENABLED": "false"}
+"""Extra environment for a gateway child whose test ranks no tools: the router uses BM25 alone.
+
+Loading the embedding model and embedding the catalog costs a child about 1.7 s of CPU
+in the background; a test that searches, ranks or reads the router's metrics keeps it.
+"""
 
 
 def gateway_env(tmp_path: Path, *, plugins_dir: Path = FIXTURE_PLUGINS) -> dict[str, str]:

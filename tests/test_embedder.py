@@ -34,17 +34,10 @@ from gateway.settings import EmbeddingSettings
 LOGGER = "gateway.router.embedder"
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("data")
-
-
-@pytest.fixture(scope="module")
-def embedder(data_dir: Path) -> FastEmbedEmbedder:
-    """The bundled model, loaded once for the module."""
-    loaded = load_embedder(EmbeddingSettings(), data_dir)
-    assert isinstance(loaded, FastEmbedEmbedder)
-    return loaded
+@pytest.fixture
+def data_dir(model_data_dir: Path) -> Path:
+    """The data dir in which the session's `embedder` (tests/conftest.py) assembled the bundled model."""
+    return model_data_dir
 
 
 def _installed_model() -> Path:

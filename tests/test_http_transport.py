@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from tests.conftest import start_gateway_http, stop_process, write_config
+from tests.conftest import NO_EMBEDDINGS, start_gateway_http, stop_process, write_config
 
 INITIALIZE = {
     "jsonrpc": "2.0",
@@ -22,7 +22,7 @@ HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "app
 
 @pytest.fixture
 def gateway_url(tmp_path: Path):  # type: ignore[no-untyped-def]
-    process, url = start_gateway_http(write_config(tmp_path / "gw.yaml", "mcps: {}\n"), tmp_path)
+    process, url = start_gateway_http(write_config(tmp_path / "gw.yaml", "mcps: {}\n"), tmp_path, NO_EMBEDDINGS)
     try:
         yield url
     finally:
@@ -60,7 +60,7 @@ def test_healthz_is_up_and_readyz_lists_every_server_with_its_state(tmp_path: Pa
         sock.bind(("127.0.0.1", 0))
         refused = f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
     config = write_config(tmp_path / "gw.yaml", f"mcps:\n  gone:\n    url: {refused}\n")
-    process, url = start_gateway_http(config, tmp_path)
+    process, url = start_gateway_http(config, tmp_path, NO_EMBEDDINGS)
     base = url.removesuffix("/mcp")
     try:
         # Probes come by IP address with any Host header; the health routes do not check it.
@@ -75,7 +75,7 @@ def test_healthz_is_up_and_readyz_lists_every_server_with_its_state(tmp_path: Pa
 
     empty = tmp_path / "no-plugins"
     empty.mkdir()
-    process, url = start_gateway_http(config, tmp_path, {"GATEWAY_PLUGINS__DIRECTORY": str(empty)})
+    process, url = start_gateway_http(config, tmp_path, NO_EMBEDDINGS | {"GATEWAY_PLUGINS__DIRECTORY": str(empty)})
     try:
         ready = httpx2.get(url.removesuffix("/mcp") + "/readyz", timeout=10)
         assert ready.status_code == 503 and ready.json()["ready"] is False  # its only server is down

@@ -20,7 +20,6 @@ import pytest
 from gateway.registry import Registry
 from gateway.router.base import Embedder, Vector
 from gateway.router.cache import SqliteEmbeddingCache
-from gateway.router.embedder import load_embedder
 from gateway.router.eval import EvalQuery, load_catalog, load_queries
 from gateway.router.index import Router
 from gateway.router.learning import LearningConfig, UsageModel, lexical_vector
@@ -138,13 +137,6 @@ def test_a_bad_learning_setting_is_refused_with_its_name(field: str, value: floa
 
 
 # --------------------------------------------------------------------------- the router
-
-
-@pytest.fixture(scope="module")
-def embedder(tmp_path_factory: pytest.TempPathFactory) -> Embedder:
-    loaded = load_embedder(EmbeddingSettings(), tmp_path_factory.mktemp("data"))
-    assert loaded is not None, "the bundled embedding model must load"
-    return loaded
 
 
 def learning_router(embedder: Embedder | None, **config: float) -> Router:

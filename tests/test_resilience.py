@@ -35,6 +35,7 @@ from gateway.registry import Registry, specs_from_config
 from gateway.settings import ResilienceSettings, Settings
 from tests.conftest import (
     DEMO_SERVER,
+    NO_EMBEDDINGS,
     REPO,
     gateway_over_stdio,
     start_demo_http,
@@ -138,7 +139,7 @@ async def test_sigkill_mid_call_through_the_gateway_reaches_the_client_as_an_err
     marker = tmp_path / "appended"
     config = write_config(tmp_path / "gateway.yaml", "mcps:\n" + demo("child"))
     with anyio.fail_after(60):
-        async with gateway_over_stdio(config, tmp_path) as client:
+        async with gateway_over_stdio(config, tmp_path, NO_EMBEDDINGS) as client:
             pid = int(_text(await client.call_tool("child__pid", {})))
             outcome: list[types.CallToolResult] = []
 

@@ -27,11 +27,9 @@ from gateway.router.documents import (
     truncate,
     truncate_tokens,
 )
-from gateway.router.embedder import load_embedder
 from gateway.router.eval import format_report, load_catalog, run_eval
 from gateway.router.index import Router, RouterConfig
 from gateway.router.steps import split_query
-from gateway.settings import EmbeddingSettings
 from tests.conftest import REPO
 
 # --------------------------------------------------------------------------- fixtures
@@ -96,13 +94,6 @@ QUERIES = [
     ("find the coordinates of the Eiffel Tower", "maps__geocode_address"),
     ("搜索关键词", "bing__bing_search"),
 ]
-
-
-@pytest.fixture(scope="module")
-def embedder(tmp_path_factory: pytest.TempPathFactory) -> Embedder:
-    loaded = load_embedder(EmbeddingSettings(), tmp_path_factory.mktemp("data"))
-    assert loaded is not None, "the bundled embedding model must load"
-    return loaded
 
 
 @pytest.fixture(scope="module")

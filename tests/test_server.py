@@ -23,6 +23,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 from gateway.passthrough import relayed_error
 from tests.conftest import (
     DEMO_SERVER,
+    NO_EMBEDDINGS,
     gateway_over_http,
     gateway_over_stdio,
     start_demo_http,
@@ -54,7 +55,7 @@ def connect(transport: str, mode: str, tmp_path: Path, demo_http_url: str) -> Co
     opener = gateway_over_stdio if transport == "stdio" else gateway_over_http
 
     def open_client(**kwargs: Any) -> AbstractAsyncContextManager[Client]:
-        return opener(config, tmp_path, mode=mode, **kwargs)
+        return opener(config, tmp_path, NO_EMBEDDINGS, mode=mode, **kwargs)
 
     return open_client
 
@@ -205,7 +206,7 @@ async def test_an_upstream_that_fails_to_start_leaves_the_others_serving(
     )
     opener = gateway_over_stdio if transport == "stdio" else gateway_over_http
     with anyio.fail_after(60):
-        async with opener(config, tmp_path, mode=mode) as client:
+        async with opener(config, tmp_path, NO_EMBEDDINGS, mode=mode) as client:
             tools = {t.name for t in (await client.list_tools()).tools}
             assert "web__echo" in tools and "mem__echo" in tools
             assert not any(t.startswith(("missing__", "refused__")) for t in tools)
@@ -253,7 +254,7 @@ async def test_lists_are_paginated_downstream_when_they_exceed_the_page_size(
     config = three_upstream_config(tmp_path, demo_http_url)
     opener = gateway_over_stdio if transport == "stdio" else gateway_over_http
     with anyio.fail_after(60):
-        async with opener(config, tmp_path, env={"GATEWAY_PAGE_SIZE": "4"}, mode=mode) as client:
+        async with opener(config, tmp_path, env=NO_EMBEDDINGS | {"GATEWAY_PAGE_SIZE": "4"}, mode=mode) as client:
             pages: list[list[str]] = []
             cursor: str | None = None
             while True:
@@ -278,7 +279,7 @@ async def test_a_legacy_sse_upstream_is_served_like_any_other(tmp_path: Path) ->
     try:
         config = write_config(tmp_path / "gateway.yaml", f"mcps:\n  old:\n    url: {url}\n    transport: sse\n")
         with anyio.fail_after(60):
-            async with gateway_over_stdio(config, tmp_path) as client:
+            async with gateway_over_stdio(config, tmp_path, NO_EMBEDDINGS) as client:
                 result = await client.call_tool("old__add", {"a": 1, "b": 1})
                 assert result.structured_content == {"result": 2}
                 readme = await client.read_resource("old+demo://readme")
@@ -304,7 +305,7 @@ async def test_two_servers_with_the_same_names_and_no_prefix_both_stay_reachable
         """,
     )
     with anyio.fail_after(60):
-        async with gateway_over_stdio(config, tmp_path) as client:
+        async with gateway_over_stdio(config, tmp_path, NO_EMBEDDINGS) as client:
             tools = {t.name: t for t in (await client.list_tools()).tools}
             assert tools["echo"].meta == {"mcp-gateway/server": "first"}
             assert tools["second__echo"].meta == {"mcp-gateway/server": "second"}
@@ -363,8 +364,11 @@ async def test_a_cancelled_call_is_cancelled_at_the_upstream_too(connect: Connec
         async with connect() as client:
             for server in ("child", "web"):
                 marker = tmp_path / f"{server}.cancelled"
-                with anyio.move_on_after(1.5):
-                    await client.call_tool(f"{server}__wait_for_cancel", {"marker": str(marker)})
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(client.call_tool, f"{server}__wait_for_cancel", {"marker": str(marker)})
+                    while not Path(f"{marker}.started").exists():  # the upstream runs the call: cancel it
+                        await anyio.sleep(0.05)
+                    tg.cancel_scope.cancel()
                 with anyio.fail_after(10):
                     while not marker.exists():  # the upstream writes it when its handler is cancelled
                         await anyio.sleep(0.05)

@@ -23,6 +23,7 @@ from gateway.upstream import Upstream, UpstreamSpec, unavailable_message
 from gateway.upstream_logs import StderrLog
 from tests.conftest import (
     DEMO_SERVER,
+    NO_EMBEDDINGS,
     REPO,
     gateway_env,
     gateway_over_stdio,
@@ -64,7 +65,7 @@ async def test_a_handshake_era_upstream_is_served_and_its_sampling_request_reach
 ) -> None:
     with anyio.fail_after(60):
         async with gateway_over_stdio(
-            legacy_child_config(tmp_path), tmp_path, sampling_callback=_sampler("A")
+            legacy_child_config(tmp_path), tmp_path, NO_EMBEDDINGS, sampling_callback=_sampler("A")
         ) as client:
             result = await client.call_tool("old__add", {"a": 20, "b": 22})
             assert result.structured_content == {"result": 42}
@@ -75,7 +76,7 @@ async def test_a_handshake_era_upstream_is_served_and_its_sampling_request_reach
 async def test_a_sampling_request_is_never_relayed_to_another_clients_session(tmp_path: Path) -> None:
     """Two clients call the same handshake-era stdio server at once: its sampling request
     cannot say which call it belongs to, so the gateway refuses rather than guess."""
-    process, url = start_gateway_http(legacy_child_config(tmp_path), tmp_path)
+    process, url = start_gateway_http(legacy_child_config(tmp_path), tmp_path, NO_EMBEDDINGS)
     outcomes: dict[str, str] = {}
 
     async def one_client(name: str) -> None:
@@ -101,7 +102,7 @@ async def test_a_sampling_request_is_never_relayed_to_another_clients_session(tm
 
 async def test_resource_links_in_a_tool_result_point_at_readable_namespaced_uris(tmp_path: Path) -> None:
     with anyio.fail_after(60):
-        async with gateway_over_stdio(legacy_child_config(tmp_path), tmp_path) as client:
+        async with gateway_over_stdio(legacy_child_config(tmp_path), tmp_path, NO_EMBEDDINGS) as client:
             result = await client.call_tool("old__link_readme", {})
             link, embedded = result.content
             assert isinstance(link, types.ResourceLink) and link.uri == "old+demo://readme"
@@ -120,7 +121,7 @@ def _alive(pid: int) -> bool:
 
 async def test_sigterm_stops_the_gateway_and_reaps_its_stdio_children(tmp_path: Path) -> None:
     pid_file = tmp_path / "child.pid"
-    process, _url = start_gateway_http(legacy_child_config(tmp_path, pid_file=pid_file), tmp_path)
+    process, _url = start_gateway_http(legacy_child_config(tmp_path, pid_file=pid_file), tmp_path, NO_EMBEDDINGS)
     try:
         with anyio.fail_after(30):
             while not pid_file.exists() or not pid_file.read_text():  # the child writes it on start
@@ -156,7 +157,7 @@ def test_a_busy_port_is_one_clear_line_and_exit_code_1(tmp_path: Path) -> None:
 
 async def test_the_servers_instructions_reach_the_client_under_their_names(tmp_path: Path) -> None:
     with anyio.fail_after(60):
-        async with gateway_over_stdio(legacy_child_config(tmp_path), tmp_path, mode="legacy") as client:
+        async with gateway_over_stdio(legacy_child_config(tmp_path), tmp_path, NO_EMBEDDINGS, mode="legacy") as client:
             instructions = client.instructions or ""
     assert "aggregates several MCP servers" in instructions
     assert "## old (tools 'old__*')\nThe old test server." in instructions

@@ -16,7 +16,6 @@ import mcp_types as types
 from gateway.errors import GatewayError
 from gateway.records.cut import cut_bytes, refused_summary, size_estimate
 from gateway.records.model import FailureRow, PendingExecution, SearchRow
-from gateway.records.postgres import PostgresStore
 from gateway.records.recorder import CallRecorder, trail_keys
 from gateway.records.redaction import Masker, Redactor, no_mask
 from gateway.records.rows import ExecutionValues, StoredLimits, execution_rows
@@ -51,6 +50,8 @@ def open_store(settings: Settings) -> RecordStore:
     if not url:
         return SqliteStore(settings.data_dir / SQLITE_FILE)
     if url.startswith(("postgresql://", "postgres://")):
+        from gateway.records.postgres import PostgresStore  # psycopg takes 0.15 s to import: only when used
+
         return PostgresStore(url)
     scheme = url.split(":", 1)[0]
     raise ValueError(

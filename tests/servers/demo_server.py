@@ -96,7 +96,10 @@ def create_server(name: str = "demo") -> MCPServer:
 
     @mcp.tool()
     async def wait_for_cancel(marker: str) -> str:
-        """Wait up to a minute; if cancelled, write 'cancelled' into the file `marker`."""
+        """Wait up to a minute; if cancelled, write 'cancelled' into the file `marker`.
+
+        On start it creates `<marker>.started`, so that a test cancels a call that is running."""
+        Path(f"{marker}.started").touch()
         try:
             await anyio.sleep(60)
         except anyio.get_cancelled_exc_class():

@@ -13,10 +13,15 @@ import anyio
 
 
 def serve_http(app: Any, port: int = 0) -> None:
-    """Run `app` with uvicorn until killed; print the port it got on stdout."""
+    """Run `app` with uvicorn until stopped; print the port it got on stdout.
+
+    On SIGTERM, streams still open (a gateway's `subscriptions/listen`) are cut after 1 s:
+    uvicorn would otherwise wait for them without end, until the test kills the server.
+    """
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=1)
+    server = uvicorn.Server(config)
 
     async def serve() -> None:
         async with anyio.create_task_group() as tg:
