@@ -33,8 +33,10 @@ ONE_WORKER_MODULES = frozenset(
     f"tests/{name}.py"
     for name in (
         "test_caller_tokens",  # module fixtures: a gateway and the servers behind it
+        "test_compat",  # session fixtures: the whole third-party matrix runs once, behind one gateway
         "test_fuzz",  # and its last test checks what the others sent to that gateway
         "test_openapi_plugin",
+        "test_packaging",  # a module fixture: the wheel and the fresh venv are built once
         "test_replicas",
         "test_router",  # module fixtures: routers with the whole test catalog embedded
         "test_security_http",
