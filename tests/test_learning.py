@@ -216,7 +216,11 @@ def test_learning_embeds_each_query_once_and_a_restart_finds_it_in_the_cache(
     second.update(CATALOG)
     assert second.learn(signals + more) == 3 and counting.queries == 3  # all three came from the cache
     query_embeddings = counting.queries
-    assert ranking(second, "ping the team") == ranking(first, "ping the team")
+    restarted, original = ranking(second, "ping the team"), ranking(first, "ping the team")
+    # The same order and scores; the query is embedded afresh each time, and ONNX Runtime's threads
+    # may sum in another order, so a score can differ in the eighth decimal.
+    assert [name for name, _ in restarted] == [name for name, _ in original]
+    assert [score for _, score in restarted] == pytest.approx([score for _, score in original], abs=1e-6)
     assert counting.queries == query_embeddings + 2
 
 
