@@ -226,14 +226,18 @@ async def _run_counting(
 
 
 def _descendants(pid: int, marker: str) -> set[int]:
+    """Descendants of `pid` whose command line mentions `marker`, but for a child caught between its
+    fork and its exec (starting another server), which still shows the parent's command line."""
     found = set()
     try:
-        children = psutil.Process(pid).children(recursive=True)
+        parent = psutil.Process(pid)
+        children, own = parent.children(recursive=True), parent.cmdline()
     except psutil.Error:
         return found  # it has just ended
     for child in children:
         try:
-            if marker in " ".join(child.cmdline()):
+            line = child.cmdline()
+            if marker in " ".join(line) and line != own:
                 found.add(child.pid)
         except psutil.Error:
             continue  # it ended while we looked
