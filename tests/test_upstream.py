@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -19,6 +18,8 @@ import mcp_types as types
 import pytest
 from mcp import Client
 
+from bench.compat.install import install_servers, server_command
+from bench.compat.servers import by_id
 from gateway.upstream import Upstream, UpstreamSpec, unavailable_message
 from gateway.upstream_logs import StderrLog
 from tests.conftest import (
@@ -200,30 +201,13 @@ async def test_a_server_that_answers_method_not_found_to_optional_methods_serves
     assert len(notes) == 1 and notes[0].levelno == logging.DEBUG  # once per server, at DEBUG
 
 
-SQLITE_SERVER = ("mcp-server-sqlite==2025.4.25", "mcp==1.30.0")
-"""`mcp-server-sqlite` on the Python SDK 1.x low-level `Server`, which answers
-`resources/templates/list` with "method not found". Its own pin says `mcp>=1.0.0`, and
-with the 2.x SDK it does not even start, so the SDK is pinned as it was when it was written."""
-
-_OFFLINE = re.compile(r"No matching distribution|Could not find a version|NewConnectionError|Network is unreachable")
-
-
 @pytest.fixture(scope="session")
-def sqlite_server(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`mcp-server-sqlite` from PyPI in a venv of its own: it needs the 1.x SDK, the gateway runs 2.x."""
-    venv = tmp_path_factory.mktemp("mcp-server-sqlite")
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    install = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", *SQLITE_SERVER],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    if install.returncode != 0:
-        if _OFFLINE.search(install.stderr):
-            pytest.skip(f"pip cannot reach PyPI to install {' '.join(SQLITE_SERVER)}: {install.stderr.strip()[-300:]}")
-        raise AssertionError(f"installing {SQLITE_SERVER} failed:\n{install.stderr}")
-    return venv / "bin" / "mcp-server-sqlite"
+def sqlite_server() -> Path:
+    """`mcp-server-sqlite` on the Python SDK 1.x low-level `Server`, which answers
+    `resources/templates/list` with "method not found": the compatibility matrix's pinned install
+    (its own venv in the compatibility cache, with the 1.x SDK it was written for)."""
+    server = by_id("sqlite")
+    return Path(server_command(server, install_servers([server])))
 
 
 @pytest.mark.parametrize("protocol", ["auto", "legacy"])

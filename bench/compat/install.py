@@ -166,17 +166,12 @@ def install_servers(servers: Sequence[CompatServer], cache: Path | None = None) 
     return cache
 
 
-def install_clients(cache: Path | None = None, registry: str | None = None) -> Path:
-    """Install the third-party clients (each PyPI one in its venv, the npm ones in the prefix).
-
-    `registry`: only the clients from this one (`pypi` or `npm`).
-    """
+def install_clients(cache: Path | None = None) -> Path:
+    """Install the third-party clients (each PyPI one in its venv, the npm ones in the prefix)."""
     cache = cache or cache_dir()
     with _locked(cache):
-        if registry in (None, "pypi"):
-            _parallel([(f"client-{c.id}", [c.requirement]) for c in CLIENTS if c.registry == "pypi"], cache)
-        if registry in (None, "npm"):
-            _install_npm(cache, [c.requirement for c in CLIENTS if c.registry == "npm"])
+        _parallel([(f"client-{c.id}", [c.requirement]) for c in CLIENTS if c.registry == "pypi"], cache)
+        _install_npm(cache, [c.requirement for c in CLIENTS if c.registry == "npm"])
     return cache
 
 
