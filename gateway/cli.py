@@ -15,7 +15,6 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -44,6 +43,7 @@ from gateway.security_config import AuthConfig
 from gateway.server import GatewayServer, serve_stdio
 from gateway.settings import Settings, describe_settings_error
 from gateway.upstream import Upstream
+from gateway.version import installed_version
 from gateway.vetting import ToolVetter
 
 __all__ = ["main"]
@@ -62,13 +62,6 @@ class _Usage(Exception):
     """A bad command line: message to stderr, exit 2."""
 
 
-def _version() -> str:
-    try:
-        return version("mcp-gateway")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown (not installed)"
-
-
 def _global_options(parser: argparse.ArgumentParser, default: Any) -> None:
     """--config and --log-level: given before the command or after it; the later one wins, as a repeated option."""
     parser.add_argument(
@@ -84,7 +77,8 @@ def _global_options(parser: argparse.ArgumentParser, default: Any) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mcp-gateway", description="One MCP endpoint in front of many MCP servers.")
-    parser.add_argument("--version", action="version", version=f"mcp-gateway {_version()}")
+    shown = installed_version() or "unknown (not installed)"  # run from a source tree never installed
+    parser.add_argument("--version", action="version", version=f"mcp-gateway {shown}")
     _global_options(parser, default=None)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

@@ -51,6 +51,7 @@ from gateway.upstream_errors import (
 from gateway.upstream_logs import StderrLog
 from gateway.upstream_spec import CONNECTED_STATES, LISTED_STATES, ServerState, UpstreamEvents, UpstreamSpec
 from gateway.upstream_subscriptions import Subscriptions, cancel_when, legacy_call
+from gateway.version import installed_version
 
 __all__ = [
     "CONNECTED_STATES",
@@ -606,10 +607,5 @@ def restart_delay(failures: int) -> float:
 
 
 def gateway_version() -> str:
-    """The installed mcp-gateway version, announced to upstreams and clients."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("mcp-gateway")
-    except PackageNotFoundError:
-        return "0"
+    """The installed mcp-gateway version, announced to upstreams and clients ("0" if not installed)."""
+    return installed_version() or "0"
