@@ -48,9 +48,10 @@ from gateway.upstream_errors import (
     unavailable_error,
     unavailable_message,
 )
+from gateway.upstream_health import probe
 from gateway.upstream_logs import StderrLog
 from gateway.upstream_spec import CONNECTED_STATES, LISTED_STATES, ServerState, UpstreamEvents, UpstreamSpec
-from gateway.upstream_subscriptions import Subscriptions, cancel_when, legacy_call
+from gateway.upstream_subscriptions import Subscriptions, cancel_when
 from gateway.version import installed_version
 
 __all__ = [
@@ -452,30 +453,22 @@ class Upstream:
                 await self.events.listing_changed(self)
 
     async def _health_worker(self, client: Client) -> None:
-        """Probe every `health_interval` s (see `_probe`): a missed answer makes the server
-        `degraded`, three in a row close the connection so the supervisor reconnects. Probes
+        """Probe every `health_interval` s (`gateway.upstream_health`): a missed answer makes the
+        server `degraded`, three in a row close the connection so the supervisor reconnects. Probes
         bypass the call cap."""
         misses = 0
         while True:
             await anyio.sleep(self.health_interval)
-            try:
-                with anyio.fail_after(min(self.call_timeout, HEALTH_TIMEOUT)):
-                    await _probe(client)
-            except MCPError as exc:
-                if exc.code not in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT):
-                    if method_not_found(exc):
-                        modern = client.protocol_version in MODERN_PROTOCOL_VERSIONS
-                        self.unsupported.note("server/discover" if modern else "ping")
-                    misses = 0  # it answered, if only to say it has no ping
-                    continue
-                misses += 1
-            except (TimeoutError, OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                misses += 1
-            else:
+            outcome = await probe(client, min(self.call_timeout, HEALTH_TIMEOUT), self.unsupported)
+            if outcome == "errored":
+                misses = 0  # it answered, if only to say it has no ping
+                continue
+            if outcome == "answered":
                 if misses:
                     misses = 0
                     await self._set_state("ready", None)
                 continue
+            misses += 1
             if misses >= HEALTH_MISSES:
                 logger.warning("server %r missed %d health checks in a row; reconnecting", self.id, misses)
                 self._closed.set()
@@ -589,15 +582,6 @@ class Upstream:
                     server=self.id,
                     sent=not isinstance(exc, ConnectionRefusedError),
                 ) from None
-
-
-async def _probe(client: Client) -> None:
-    """The cheapest request a server must answer: `ping` before 2026-07-28, which removed it,
-    and a `server/discover` at the negotiated version from then on."""
-    if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
-        await client.session.send_discover(client.protocol_version)
-    else:
-        await legacy_call(client.send_ping)
 
 
 def restart_delay(failures: int) -> float:
