@@ -23,9 +23,9 @@ import mcp_types as types
 from pydantic import ValidationError
 
 from gateway.auth import MIN_KEY_LENGTH, Authenticator, hash_key, new_key
+from gateway.check_report import print_check, print_table, server_row
 from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.errors import GatewayError, error_result
-from gateway.health import server_health
 from gateway.http import bind_socket, serve_http
 from gateway.integrity import IntegrityStore
 from gateway.plugins import PluginInfo, PluginManager, get_plugin_manager, plugin_directory
@@ -42,7 +42,6 @@ from gateway.router.service import RouterService, build_router, learning_paramet
 from gateway.security_config import AuthConfig
 from gateway.server import GatewayServer, serve_stdio
 from gateway.settings import Settings, describe_settings_error
-from gateway.upstream import Upstream
 from gateway.version import installed_version
 from gateway.vetting import ToolVetter
 
@@ -52,7 +51,6 @@ logger = logging.getLogger("gateway")
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
-STDERR_SHOWN = 10
 """Last stderr lines of a failed server that `check` prints under its reason (`--json` has all that are kept)."""
 
 T = TypeVar("T")
@@ -204,29 +202,9 @@ async def _with_registry(registry: Registry, body: Callable[[Registry], Awaitabl
         return await body(registry)
 
 
-def _print_table(rows: Sequence[Sequence[str]], headers: Sequence[str]) -> None:
-    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
-    for row in [headers, *rows]:
-        print("  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-
-
-def _server_row(u: Upstream, registry: Registry) -> dict[str, Any]:
-    """What `/readyz` says of the server, plus what a person checking a config wants to see."""
-    return {
-        **server_health(u, registry, stderr=True),
-        "origin": u.spec.origin,
-        "transport": u.spec.transport,
-        "status": "ok" if u.state == "ready" else u.state,
-        "prompts": len(u.listing.prompts),
-        "resources": len(u.listing.resources) + len(u.listing.templates),
-        "latency_ms": round(u.connect_ms, 1) if u.connect_ms is not None else None,
-        "protocol": u.protocol_version,
-    }
-
-
 async def _check(registry: Registry, as_json: bool, detailed: bool, vetter: ToolVetter) -> int:
     async def body(reg: Registry) -> list[dict[str, Any]]:
-        return [_server_row(u, reg) for u in reg.upstreams.values()]
+        return [server_row(u, reg) for u in reg.upstreams.values()]
 
     rows = await _with_registry(registry, body)
     failed = [r for r in rows if r["status"] not in ("ok", "disabled")]
@@ -234,36 +212,8 @@ async def _check(registry: Registry, as_json: bool, detailed: bool, vetter: Tool
     if as_json:
         findings = [{"tool": r.exposed, "server": r.server, "action": r.action, "findings": r.lines()} for r in reports]
         print(json.dumps({"servers": rows, "ok": not failed, "tool_findings": findings}, indent=2))
-    elif not rows:
-        print("No servers configured.")
     else:
-        headers = ["SERVER", "TRANSPORT", "STATUS", "TOOLS", "LATENCY"]
-        if detailed:
-            headers += ["PROMPTS", "RESOURCES", "PROTOCOL", "ORIGIN"]
-        table = []
-        for r in rows:
-            line = [
-                r["server"],
-                r["transport"],
-                r["status"],
-                str(r["tools"]),
-                f"{r['latency_ms']} ms" if r["latency_ms"] is not None else "-",
-            ]
-            if detailed:
-                line += [str(r["prompts"]), str(r["resources"]), r["protocol"] or "-", r["origin"]]
-            table.append(line)
-        _print_table(table, headers)
-        for r in rows:
-            if r["status"] not in ("ok",) and r["reason"]:
-                print(f"  {r['server']}: {r['reason']}")
-                for line in r["stderr"][-STDERR_SHOWN:]:
-                    print(f"    stderr: {line}")
-        if reports:
-            print("\nTool findings (security.tool_changes / security.injection):")
-        for report in reports:
-            print(f"  {report.exposed} ({report.action}):")
-            for finding in report.lines():
-                print(f"    - {finding}")
+        print_check(rows, reports, detailed)
     return EXIT_FAILED if failed else EXIT_OK
 
 
@@ -294,7 +244,7 @@ async def _tools(registry: Registry, server: str | None, as_json: bool) -> int:
     if as_json:
         print(json.dumps([t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in tools], indent=2))
     else:
-        _print_table(
+        print_table(
             [[t.name, (t.description or "").strip().split("\n")[0][:80]] for t in tools], ["TOOL", "DESCRIPTION"]
         )
     return EXIT_OK
@@ -356,7 +306,7 @@ async def _search(registry: Registry, pm: PluginManager, query: str, k: int | No
             [str(i), h.name, f"{h.score:.3f}", (h.record.tool.description or "").strip().split("\n")[0][:70]]
             for i, h in enumerate(hits, 1)
         ]
-        _print_table(rows, ["#", "TOOL", "SCORE", "DESCRIPTION"])
+        print_table(rows, ["#", "TOOL", "SCORE", "DESCRIPTION"])
     return EXIT_OK
 
 
@@ -432,7 +382,7 @@ def _plugins(infos: list[PluginInfo], as_json: bool) -> int:
         return EXIT_OK
     if not infos:
         print("No plugins found.")
-    _print_table([[i.name, i.status, i.source] for i in infos], ["PLUGIN", "STATUS", "SOURCE"])
+    print_table([[i.name, i.status, i.source] for i in infos], ["PLUGIN", "STATUS", "SOURCE"])
     for info in infos:
         if info.note:
             print(f"  {info.name} ({info.source}): {info.note}")
