@@ -13,13 +13,13 @@ client has no session, so only the per-caller rate limit bounds its calls.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import mcp_types as types
 
 from gateway.errors import GatewayError, InvalidArguments
 from gateway.security_config import LimitsConfig
+from gateway.sizes import cut_bytes, json_bytes, utf8_bytes
 
 __all__ = ["SessionLimitReached", "cap_result", "check_arguments", "check_session_calls"]
 
@@ -30,15 +30,11 @@ class SessionLimitReached(GatewayError):
     code = "rate_limited"
 
 
-def _size(value: Any) -> int:
-    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str).encode("utf-8"))
-
-
 def check_arguments(arguments: dict[str, Any] | None, limits: LimitsConfig) -> None:
     """Refuse arguments larger than the limit, naming both sizes."""
     if arguments is None:
         return
-    size = _size(arguments)
+    size = json_bytes(arguments)
     if size > limits.max_argument_bytes:
         raise InvalidArguments(
             f"The arguments are {size} bytes of JSON; the limit is {limits.max_argument_bytes} "
@@ -59,20 +55,20 @@ def cap_result(result: Any, limits: LimitsConfig) -> Any:
     """A result within `max_result_bytes`: blocks kept in order while they fit, text cut to fit, then a note."""
     if not isinstance(result, types.CallToolResult):
         return result
-    size = _size(result.model_dump(by_alias=True, mode="json", exclude_none=True))
+    size = json_bytes(result.model_dump(by_alias=True, mode="json", exclude_none=True))
     if size <= limits.max_result_bytes:
         return result
     budget = limits.max_result_bytes - 200  # room for the note and the envelope
     kept: list[types.ContentBlock] = []
     for block in result.content:
-        block_size = _size(block.model_dump(by_alias=True, mode="json", exclude_none=True))
+        block_size = json_bytes(block.model_dump(by_alias=True, mode="json", exclude_none=True))
         if block_size <= budget:
             kept.append(block)
             budget -= block_size
         elif isinstance(block, types.TextContent) and budget > 64:
-            text = _cut(block.text, budget - 64)
-            while text and _size(text) > budget - 64:  # JSON escapes take room too
-                text = _cut(text, len(text.encode("utf-8")) * 9 // 10)
+            text = cut_bytes(block.text, budget - 64)
+            while text and json_bytes(text) > budget - 64:  # JSON escapes take room too
+                text = cut_bytes(text, utf8_bytes(text) * 9 // 10)
             kept.append(block.model_copy(update={"text": text}))
             budget = 0
         else:
@@ -87,8 +83,3 @@ def cap_result(result: Any, limits: LimitsConfig) -> Any:
     return result.model_copy(
         update={"content": [*kept, note], "structured_content": None, "is_error": result.is_error or structured}
     )
-
-
-def _cut(text: str, max_bytes: int) -> str:
-    """`text` cut to at most `max_bytes` of UTF-8 (JSON escaping aside), never inside a character."""
-    return text.encode("utf-8")[: max(0, max_bytes)].decode("utf-8", "ignore")

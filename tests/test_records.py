@@ -18,7 +18,7 @@ from mcp import Client
 from gateway.calls import ToolCall, compose
 from gateway.calls.retry import Retries
 from gateway.errors import ERROR_META_KEY, UpstreamUnavailable
-from gateway.records.cut import cut_bytes, truncated_arguments
+from gateway.records.cut import truncated_arguments
 from gateway.records.feedback import FeedbackError, parse_feedback
 from gateway.records.model import FEEDBACK_TOKEN_META_KEY, PendingExecution
 from gateway.records.recorder import CallRecorder
@@ -31,6 +31,7 @@ from gateway.records.writer import RecordWriter
 from gateway.registry import Registry
 from gateway.server import GatewayServer
 from gateway.settings import RecordsSettings, Settings
+from gateway.sizes import cut_bytes
 from gateway.upstream import UpstreamSpec
 from tests.records_client import (
     SECRET,

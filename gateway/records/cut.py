@@ -21,19 +21,17 @@ from itertools import islice
 from typing import Any
 
 from gateway.config import MASK
+from gateway.sizes import cut_bytes, json_bytes, utf8_bytes
 
 __all__ = [
     "MAX_NAMES",
     "MAX_NAME_BYTES",
     "TRUNCATED_KEY",
-    "cut_bytes",
     "cut_text",
-    "json_bytes",
     "refused_summary",
     "shrink",
     "size_estimate",
     "truncated_arguments",
-    "utf8_bytes",
 ]
 
 TRUNCATED_KEY = "_truncated"
@@ -48,27 +46,6 @@ _NODE_BYTES = 8
 
 IsSecret = Callable[[str], bool]
 Mask = Callable[[str], str]
-
-
-def utf8_bytes(text: str) -> int:
-    """The size of `text` in UTF-8 (a lone surrogate, which JSON allows, counted as three bytes, not an error)."""
-    return len(text.encode("utf-8", "surrogatepass"))
-
-
-def json_bytes(value: Any) -> int:
-    """The exact size of `value` as compact UTF-8 JSON, the measure `security.limits` uses (one full pass)."""
-    return utf8_bytes(json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str))
-
-
-def cut_bytes(text: str, limit: int) -> str:
-    """The longest prefix of `text` within `limit` bytes of UTF-8 (never half a character); reads O(limit)."""
-    if len(text) * 4 <= limit:
-        return text
-    head = text[: max(limit, 0)]  # a character is at least one byte: the prefix is in here
-    encoded = head.encode("utf-8", "surrogatepass")
-    if len(encoded) <= limit:
-        return head
-    return encoded[:limit].decode("utf-8", errors="ignore")
 
 
 def cut_text(text: str, limit: int, mask: Mask) -> str:

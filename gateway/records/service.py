@@ -14,7 +14,7 @@ import anyio
 import mcp_types as types
 
 from gateway.errors import GatewayError
-from gateway.records.cut import cut_bytes, refused_summary, size_estimate
+from gateway.records.cut import refused_summary, size_estimate
 from gateway.records.model import FailureRow, PendingExecution, SearchRow
 from gateway.records.recorder import CallRecorder, trail_keys
 from gateway.records.redaction import Masker, Redactor, no_mask
@@ -24,6 +24,7 @@ from gateway.records.store import Batch, RecordStore
 from gateway.records.trail import SearchTrail
 from gateway.records.writer import RecordWriter
 from gateway.settings import RecordsSettings, Settings
+from gateway.sizes import cut_bytes
 
 __all__ = ["SQLITE_FILE", "Records", "open_store"]
 
