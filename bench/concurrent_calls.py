@@ -31,10 +31,10 @@ from mcp import Client
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from gateway.config import parse_config  # noqa: E402
+from gateway.config.loader import parse_config  # noqa: E402
+from gateway.config.settings import ResilienceSettings, Settings  # noqa: E402
 from gateway.registry import Registry, specs_from_config  # noqa: E402
-from gateway.server import GatewayServer  # noqa: E402
-from gateway.settings import ResilienceSettings, Settings  # noqa: E402
+from gateway.serving.server import GatewayServer  # noqa: E402
 
 DEMO_SERVER = REPO / "tests" / "servers" / "demo_server.py"
 

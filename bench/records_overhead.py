@@ -42,11 +42,11 @@ from mcp import Client
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from gateway.config.settings import EmbeddingSettings, RecordsSettings, Settings  # noqa: E402
 from gateway.records.service import Records, open_store  # noqa: E402
 from gateway.registry import Registry  # noqa: E402
-from gateway.server import GatewayServer  # noqa: E402
-from gateway.settings import EmbeddingSettings, RecordsSettings, Settings  # noqa: E402
-from gateway.upstream import UpstreamSpec  # noqa: E402
+from gateway.serving.server import GatewayServer  # noqa: E402
+from gateway.upstreams.upstream import UpstreamSpec  # noqa: E402
 from tests.servers.demo_server import create_server  # noqa: E402
 
 

@@ -61,10 +61,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import mcp_types as types  # noqa: E402
 
-from gateway.progress import TerminalProgress  # noqa: E402
 from gateway.router.base import Embedder, ToolRecord  # noqa: E402
 from gateway.router.eval import load_catalog, load_queries  # noqa: E402
 from gateway.router.index import Router  # noqa: E402
+from gateway.router.progress import TerminalProgress  # noqa: E402
 
 EDITIONS = [
     "cloud", "local", "team", "enterprise", "lite", "pro", "legacy", "beta",
@@ -268,9 +268,9 @@ def main() -> int:
     parser.add_argument("--compare", action="store_true", help="also compare the previous query path (section 5)")
     args = parser.parse_args()
 
+    from gateway.config.settings import EmbeddingSettings
     from gateway.router.cache import SqliteEmbeddingCache
     from gateway.router.embedder import load_embedder
-    from gateway.settings import EmbeddingSettings
 
     settings = EmbeddingSettings() if args.batch_size is None else EmbeddingSettings(batch_size=args.batch_size)
     results: dict[str, object] = {

@@ -239,8 +239,8 @@ def main() -> int:
         parser.error(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
     ks = [int(k) for k in args.k.split(",")]
 
+    from gateway.config.settings import EmbeddingSettings
     from gateway.router.embedder import load_embedder
-    from gateway.settings import EmbeddingSettings
 
     with tempfile.TemporaryDirectory(prefix="router-variants-") as tmp:
         settings = EmbeddingSettings() if args.batch_size is None else EmbeddingSettings(batch_size=args.batch_size)

@@ -41,16 +41,16 @@ from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: E402
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings  # noqa: E402
 from timing import timed  # noqa: E402
 
-from gateway.auth import Authenticator, hash_key, new_key  # noqa: E402
 from gateway.catalog import ServerListing  # noqa: E402
-from gateway.http_guard import SecurityMiddleware  # noqa: E402
-from gateway.injection import scan  # noqa: E402
-from gateway.integrity import IntegrityStore  # noqa: E402
+from gateway.config.security import AuthConfig, SecurityConfig  # noqa: E402
 from gateway.router.eval import load_catalog  # noqa: E402
-from gateway.security_config import AuthConfig, SecurityConfig  # noqa: E402
-from gateway.vetting import ToolVetter  # noqa: E402
+from gateway.security.auth import Authenticator, hash_key, new_key  # noqa: E402
+from gateway.security.http_guard import SecurityMiddleware  # noqa: E402
+from gateway.security.injection import scan  # noqa: E402
+from gateway.security.integrity import IntegrityStore  # noqa: E402
+from gateway.security.vetting import ToolVetter  # noqa: E402
 
-logging.getLogger("gateway.vetting").setLevel(logging.ERROR)  # findings on the real catalog are not news here
+logging.getLogger("gateway.security.vetting").setLevel(logging.ERROR)  # findings on the real catalog are not news here
 
 
 def key_auth(n: int) -> tuple[Authenticator, str]:

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import mcp_types as types
 
-from gateway.exposure import CALL_TOOL, SEARCH_TOOL
 from gateway.router.eval import load_catalog, load_queries
 from gateway.router.index import Router
+from gateway.serving.exposure import CALL_TOOL, SEARCH_TOOL
 
 
 def list_bytes(tools: list[types.Tool]) -> int:
@@ -51,8 +51,8 @@ def main() -> int:
     queries = load_queries(args.queries)
     embedder = None
     if not args.bm25:
+        from gateway.config.settings import Settings
         from gateway.router.embedder import load_embedder
-        from gateway.settings import Settings
 
         settings = Settings()
         embedder = load_embedder(settings.embedding, settings.data_dir)

@@ -1,5 +1,5 @@
 """`python -m gateway` runs the `mcp-gateway` command."""
 
-from gateway.cli import main
+from gateway.cli.main import main
 
 main()

@@ -17,7 +17,7 @@
 
 docs/errors.md lists every code with an example result.
 
-`ConfigError` (in `gateway.config`) is separate: it stops the gateway before it starts.
+`ConfigError` (in `gateway.config.loader`) is separate: it stops the gateway before it starts.
 
 A gateway-made error on `tools/call` becomes a tool result with `isError: true`, one
 sentence a model can act on, and `_meta[ERROR_META_KEY]` carrying a machine-readable

@@ -18,9 +18,9 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from gateway.calls.chain import ToolCall
+    from gateway.config.settings import Settings
     from gateway.errors import GatewayError
     from gateway.router.base import Embedder
-    from gateway.settings import Settings
 
 __all__ = [
     "PROJECT_NAME",

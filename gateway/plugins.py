@@ -30,7 +30,7 @@ from types import ModuleType
 import pluggy
 
 from gateway import hookspecs
-from gateway.settings import Settings
+from gateway.config.settings import Settings
 
 __all__ = ["PluginInfo", "PluginManager", "get_plugin_manager", "plugin_directory"]
 

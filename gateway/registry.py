@@ -24,7 +24,6 @@ from mcp.client.stdio import get_default_environment
 from mcp.server import MCPServer, Server
 from pydantic import BaseModel
 
-from gateway.caller_sessions import CallerSessions
 from gateway.calls import Middleware, ToolCall, compose
 from gateway.calls.breaker import CircuitBreakers
 from gateway.calls.metrics import CallMetrics
@@ -33,16 +32,17 @@ from gateway.calls.retry import Retries
 from gateway.calls.timeout import apply_timeout
 from gateway.calls.validation import ArgumentValidator
 from gateway.catalog import Catalog, Entry, ServerListing, build_catalog
-from gateway.config import ConfigError, GatewayConfig, ServerConfig, validate_plugin_settings
+from gateway.config.loader import ConfigError, GatewayConfig, ServerConfig, validate_plugin_settings
+from gateway.config.settings import Settings
 from gateway.errors import ExecutionError, GatewayError, ToolNotFound
-from gateway.metrics import GatewayMetrics
+from gateway.observability.metrics import GatewayMetrics
 from gateway.plugins import PluginManager
-from gateway.recursion import Chain, ChainError, gateway_chain, is_refusal
-from gateway.recursion import starts_gateway as entry_starts_gateway
 from gateway.relay import Relay
-from gateway.settings import Settings
-from gateway.tasks import TaskStatusExtension
-from gateway.upstream import CONNECTED_STATES, LISTED_STATES, Upstream, UpstreamSpec, unavailable_error
+from gateway.upstreams.caller_sessions import CallerSessions
+from gateway.upstreams.recursion import Chain, ChainError, gateway_chain, is_refusal
+from gateway.upstreams.recursion import starts_gateway as entry_starts_gateway
+from gateway.upstreams.tasks import TaskStatusExtension
+from gateway.upstreams.upstream import CONNECTED_STATES, LISTED_STATES, Upstream, UpstreamSpec, unavailable_error
 
 __all__ = [
     "ChangeKind",
@@ -205,7 +205,7 @@ def _self_start(spec: UpstreamSpec, chain: Chain) -> str | None:
     target = spec.target
     if not (spec.enabled and isinstance(target, StdioServerParameters)):
         return None
-    env = get_default_environment() | (target.env or {})  # what the child gets (`gateway.stdio_child`)
+    env = get_default_environment() | (target.env or {})  # what the child gets (`gateway.upstreams.stdio_child`)
     return entry_starts_gateway(target.command, target.args, env, target.cwd, chain.configs)
 
 
@@ -253,7 +253,7 @@ class Registry:
         except ChainError as exc:
             raise RegistrationError(str(exc)) from None
         self.chain = chain
-        """This gateway's place among gateways that start one another (`gateway.recursion`)."""
+        """This gateway's place among gateways that start one another (`gateway.upstreams.recursion`)."""
         options: dict[str, Any] = {
             "startup_timeout": settings.startup_timeout,
             "call_timeout": settings.call_timeout,
@@ -300,11 +300,11 @@ class Registry:
         self.resource_listeners: list[ResourceListener] = []
         self.log_listeners: list[LogListener] = []
         self.task_status_listeners: list[TaskStatusListener] = []
-        """Told of every `notifications/tasks/status` a server sends (`gateway.tasks`)."""
+        """Told of every `notifications/tasks/status` a server sends (`gateway.serving.tasks`)."""
         for upstream in self.upstreams.values():
             upstream.client_extensions.append(TaskStatusExtension(partial(self._task_status, upstream.id)))
         self.listing_filter: Callable[[Sequence[ServerListing]], list[ServerListing]] | None = None
-        """Vets listings before they enter the catalog (`gateway.vetting`); None: all pass."""
+        """Vets listings before they enter the catalog (`gateway.security.vetting`); None: all pass."""
         self.withheld: Callable[[str], GatewayError | None] | None = None
         """The error for a tool that vetting withholds (`ToolVetter.withheld`), so that a call of it
         says so instead of "no tool by that name"."""

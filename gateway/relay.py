@@ -76,7 +76,7 @@ class Relay:
         self._in_flight: dict[str, list[RelayScope]] = {}
         self.outgoing: list[Callable[[str, types.InputRequest], types.InputRequest]] = []
         """Rewrites of a question before the client sees it (`(upstream_id, request) -> request`):
-        the task proxy's own task ids (`gateway.tasks`)."""
+        the task proxy's own task ids (`gateway.serving.tasks`)."""
 
     @contextmanager
     def scope(

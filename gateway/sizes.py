@@ -1,4 +1,4 @@
-"""Sizes and cuts in UTF-8 bytes, as the argument and result limits (`gateway.limits`) and the
+"""Sizes and cuts in UTF-8 bytes, as the argument and result limits (`gateway.security.limits`) and the
 records (`gateway.records.cut`) both measure them."""
 
 from __future__ import annotations

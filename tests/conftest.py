@@ -19,7 +19,7 @@ import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
 
-from gateway.settings import EmbeddingSettings, Settings
+from gateway.config.settings import EmbeddingSettings, Settings
 
 if TYPE_CHECKING:
     from gateway.router.embedder import FastEmbedEmbedder
@@ -103,7 +103,7 @@ async def call_plugin_tool(settings: Settings, tool: str, arguments: dict[str, A
     """Load the plugins `settings` point at, serve them in process, call one tool with the SDK client."""
     from gateway.plugins import get_plugin_manager
     from gateway.registry import Registry, specs_from_plugins
-    from gateway.server import GatewayServer
+    from gateway.serving.server import GatewayServer
 
     pm, _ = get_plugin_manager(settings)
     registry = Registry(specs_from_plugins(pm, settings), settings, plugins=pm)

@@ -13,13 +13,13 @@ import mcp_types as types
 from mcp import Client
 from mcp.server import MCPServer
 
+from gateway.config.settings import EmbeddingSettings, RecordsSettings, RoutingSettings, Settings
 from gateway.records.model import FEEDBACK_TOKEN_META_KEY
 from gateway.records.service import Records, open_store
 from gateway.registry import Registry
 from gateway.router.service import RouterService, build_router
-from gateway.server import GatewayServer
-from gateway.settings import EmbeddingSettings, RecordsSettings, RoutingSettings, Settings
-from gateway.upstream import UpstreamSpec
+from gateway.serving.server import GatewayServer
+from gateway.upstreams.upstream import UpstreamSpec
 from tests.servers.demo_server import create_server
 
 SECRET = "hunter2-very-secret"

@@ -1,4 +1,4 @@
-"""Authentication (`gateway.auth`), rate limits (`gateway.ratelimit`) and the `auth:` section."""
+"""Authentication (`gateway.security.auth`), rate limits (`gateway.security.ratelimit`) and the `auth:` section."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from gateway.auth import Authenticator, AuthError, hash_key, new_key
-from gateway.cli import run
-from gateway.config import ConfigError, parse_config
-from gateway.ratelimit import RateLimiter
-from gateway.security_config import AuthConfig, RateLimit
+from gateway.cli.main import run
+from gateway.config.loader import ConfigError, parse_config
+from gateway.config.security import AuthConfig, RateLimit
+from gateway.security.auth import Authenticator, AuthError, hash_key, new_key
+from gateway.security.ratelimit import RateLimiter
 
 pytestmark = pytest.mark.anyio
 

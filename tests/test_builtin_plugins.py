@@ -31,7 +31,7 @@ from mcp.types import (
 import gateway.hookspecs
 import plugins.clock
 import plugins.notes
-from gateway.settings import Settings
+from gateway.config.settings import Settings
 from plugins.clock import create_server as create_clock
 from plugins.notes import create_server as create_notes
 

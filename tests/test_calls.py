@@ -17,6 +17,7 @@ from gateway.calls.breaker import CircuitBreaker, CircuitBreakers
 from gateway.calls.retry import Retries
 from gateway.calls.timeout import apply_timeout
 from gateway.calls.validation import ArgumentValidator, signature
+from gateway.config.settings import Settings
 from gateway.errors import (
     CircuitOpen,
     ExceededRetries,
@@ -27,8 +28,7 @@ from gateway.errors import (
     UpstreamUnavailable,
 )
 from gateway.registry import Registry
-from gateway.settings import Settings
-from gateway.upstream import UpstreamSpec
+from gateway.upstreams.upstream import UpstreamSpec
 
 pytestmark = pytest.mark.anyio
 

@@ -243,7 +243,7 @@ def test_the_router_ranks_the_built_in_plugins_tools_on_the_example_config(
 def test_a_bad_setting_names_the_variable_without_its_value(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], variable: str, value: str, message: str
 ) -> None:
-    from gateway.cli import run
+    from gateway.cli.main import run
 
     monkeypatch.setenv(variable, value)
     assert run(["tools"]) == 2
@@ -269,7 +269,7 @@ def test_global_options_are_accepted_after_the_command(tmp_path: Path) -> None:
 def test_a_global_option_given_before_and_after_the_command_takes_the_later_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from gateway.cli import run
+    from gateway.cli.main import run
 
     before, after = tmp_path / "before.yaml", tmp_path / "after.yaml"
     assert run(["--config", str(before), "check", "--config", str(after)]) == 2

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from gateway.config import ConfigError, GatewayConfig, ServerConfig, ToolFilter, load_config, parse_config
+from gateway.config.loader import ConfigError, GatewayConfig, ServerConfig, ToolFilter, load_config, parse_config
 
 ENV = {"GH_TOKEN": "ghp_TOPSECRET1", "REMOTE_TOKEN": "tok_TOPSECRET2", "REMOTE_KEY": "key_TOPSECRET3"}
 

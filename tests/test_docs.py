@@ -36,7 +36,7 @@ def test_every_hook_is_exercised_by_a_test() -> None:
 def test_the_complete_plugin_in_the_guide_works_when_pasted_into_plugins(tmp_path: Path) -> None:
     import anyio
 
-    from gateway.settings import PluginSettings, Settings
+    from gateway.config.settings import PluginSettings, Settings
     from tests.conftest import call_plugin_tool
 
     guide = (REPO / "docs" / "plugins.md").read_text()

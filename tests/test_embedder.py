@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gateway.config.settings import EmbeddingSettings
 from gateway.router import bundled_model
 from gateway.router.base import Embedder, EmbeddingCache
 from gateway.router.bundled_model import (
@@ -29,7 +30,6 @@ from gateway.router.bundled_model import (
 )
 from gateway.router.cache import SqliteEmbeddingCache, cache_key
 from gateway.router.embedder import FastEmbedEmbedder, load_embedder
-from gateway.settings import EmbeddingSettings
 
 LOGGER = "gateway.router.embedder"
 

@@ -16,11 +16,11 @@ import mcp_types as types
 import pytest
 from mcp import Client
 
+from gateway.config.settings import RoutingSettings, Settings
 from gateway.registry import Registry
 from gateway.router.service import RouterService, build_router
-from gateway.server import GatewayServer
-from gateway.settings import RoutingSettings, Settings
-from gateway.upstream import UpstreamSpec
+from gateway.serving.server import GatewayServer
+from gateway.upstreams.upstream import UpstreamSpec
 from tests.conftest import REPO, gateway_env, start_gateway_http, stop_process, write_config
 from tests.servers.demo_server import create_server
 

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.auth import hash_key, new_key
+from gateway.security.auth import hash_key, new_key
 from tests.conftest import DEMO_SERVER, start_gateway_http, stop_process, write_config
 
 KEY = new_key()

@@ -1,10 +1,10 @@
-"""The description scanner (`gateway.injection`): each kind of pattern, stripping, and no false alarms."""
+"""The description scanner (`gateway.security.injection`): each kind of pattern, stripping, and no false alarms."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.injection import scan, strip_findings
+from gateway.security.injection import scan, strip_findings
 from tests.servers.poisoned_server import HONEST, POISON, RUG
 
 

@@ -13,15 +13,15 @@ import mcp_types as types
 import pytest
 from mcp import Client
 
-from gateway.cli import run
-from gateway.config import parse_config
+from gateway.cli.main import run
+from gateway.config.loader import parse_config
+from gateway.config.security import SecurityConfig
+from gateway.config.settings import Settings
 from gateway.errors import ERROR_META_KEY
-from gateway.integrity import IntegrityStore, fingerprint
 from gateway.registry import Registry, specs_from_config
-from gateway.security_config import SecurityConfig
-from gateway.server import GatewayServer
-from gateway.settings import Settings
-from gateway.vetting import ToolVetter
+from gateway.security.integrity import IntegrityStore, fingerprint
+from gateway.security.vetting import ToolVetter
+from gateway.serving.server import GatewayServer
 from tests.conftest import REPO, write_config
 from tests.servers.poisoned_server import HONEST, RUG
 

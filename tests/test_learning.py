@@ -17,6 +17,7 @@ import anyio
 import numpy as np
 import pytest
 
+from gateway.config.settings import EmbeddingSettings, LearningSettings, Settings
 from gateway.registry import Registry
 from gateway.router.base import Embedder, Vector
 from gateway.router.cache import SqliteEmbeddingCache
@@ -26,8 +27,7 @@ from gateway.router.learning import LearningConfig, UsageModel, lexical_vector
 from gateway.router.replay import run_replay, simulate_feedback, split_queries
 from gateway.router.service import RouterService, SignalCursor, build_router
 from gateway.router.signals import UsageSignal
-from gateway.settings import EmbeddingSettings, LearningSettings, Settings
-from gateway.upstream import UpstreamSpec
+from gateway.upstreams.upstream import UpstreamSpec
 from tests.conftest import REPO, gateway_env
 from tests.servers.demo_server import create_server
 from tests.test_router import CATALOG, write_eval_files

@@ -1,4 +1,4 @@
-"""Limits on tool calls (`gateway.limits`): unit checks, and through a gateway in front of the demo server."""
+"""Limits on tool calls (`gateway.security.limits`): unit checks, and through a gateway in front of the demo server."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import mcp_types as types
 import pytest
 from mcp import Client
 
+from gateway.config.security import LimitsConfig, SecurityConfig
+from gateway.config.settings import PluginSettings, Settings
 from gateway.errors import ERROR_META_KEY
-from gateway.limits import cap_result, check_arguments
 from gateway.plugins import get_plugin_manager
 from gateway.registry import Registry, specs_from_plugins
-from gateway.security_config import LimitsConfig, SecurityConfig
-from gateway.server import GatewayServer
-from gateway.settings import PluginSettings, Settings
+from gateway.security.limits import cap_result, check_arguments
+from gateway.serving.server import GatewayServer
 from tests.conftest import FIXTURE_PLUGINS
 
 pytestmark = pytest.mark.anyio

@@ -12,13 +12,13 @@ import httpx2
 import pytest
 from mcp import Client
 
-from gateway.auth import hash_key, new_key
-from gateway.metrics import GatewayMetrics
+from gateway.config.settings import EmbeddingSettings, RoutingSettings, Settings
+from gateway.observability.metrics import GatewayMetrics
 from gateway.registry import Registry
 from gateway.router.service import RouterService, build_router
-from gateway.server import GatewayServer
-from gateway.settings import EmbeddingSettings, RoutingSettings, Settings
-from gateway.upstream import UpstreamSpec
+from gateway.security.auth import hash_key, new_key
+from gateway.serving.server import GatewayServer
+from gateway.upstreams.upstream import UpstreamSpec
 from tests.conftest import start_gateway_http, stop_process, write_config
 from tests.prometheus import samples, value
 from tests.servers.demo_server import create_server

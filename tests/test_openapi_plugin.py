@@ -24,9 +24,9 @@ from mcp import Client
 from mcp.types import CallToolResult, TextContent
 
 from bench.openapi_search import evaluate, load_queries, load_spec
-from gateway.config import ConfigError, parse_config
+from gateway.config.loader import ConfigError, parse_config
+from gateway.config.settings import Settings
 from gateway.registry import plugin_settings
-from gateway.settings import Settings
 from plugins.openapi import Config, create_server
 from plugins.openapi.config import resolve_source
 from plugins.openapi.explorer import Explorer

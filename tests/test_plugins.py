@@ -10,10 +10,10 @@ import mcp_types as types
 import pytest
 from mcp.server import Server
 
-from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.config.loader import ConfigError, GatewayConfig, load_config
+from gateway.config.settings import PluginSettings, Settings
 from gateway.plugins import get_plugin_manager, plugin_directory
 from gateway.registry import RegistrationError, Registry, check_plugin_sections, specs_from_plugins
-from gateway.settings import PluginSettings, Settings
 from tests.conftest import REPO, call_plugin_tool
 
 
@@ -219,7 +219,7 @@ async def test_a_low_level_server_that_paginates_is_read_to_the_last_page(tmp_pa
     async def call_tool(ctx: object, params: types.CallToolRequestParams) -> types.CallToolResult:
         return types.CallToolResult(content=[types.TextContent(type="text", text=params.name)])
 
-    from gateway.upstream import UpstreamSpec
+    from gateway.upstreams.upstream import UpstreamSpec
 
     server = Server("paged", on_list_tools=list_tools, on_call_tool=call_tool)
     settings = Settings(data_dir=tmp_path)

@@ -17,6 +17,7 @@ from mcp import Client
 
 from gateway.calls import ToolCall, compose
 from gateway.calls.retry import Retries
+from gateway.config.settings import RecordsSettings, Settings
 from gateway.errors import ERROR_META_KEY, UpstreamUnavailable
 from gateway.records.cut import truncated_arguments
 from gateway.records.feedback import FeedbackError, parse_feedback
@@ -29,10 +30,9 @@ from gateway.records.store import RecordStore
 from gateway.records.trail import SearchTrail
 from gateway.records.writer import RecordWriter
 from gateway.registry import Registry
-from gateway.server import GatewayServer
-from gateway.settings import RecordsSettings, Settings
+from gateway.serving.server import GatewayServer
 from gateway.sizes import cut_bytes
-from gateway.upstream import UpstreamSpec
+from gateway.upstreams.upstream import UpstreamSpec
 from tests.records_client import (
     SECRET,
     check_cut_records,

@@ -13,7 +13,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from gateway.cli import run
+from gateway.cli.main import run
 from gateway.records.postgres import PostgresStore
 from gateway.urls import redact_url
 from tests.records_client import (

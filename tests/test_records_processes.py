@@ -21,11 +21,11 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from gateway.auth import hash_key, new_key
-from gateway.cli import run
+from gateway.cli.main import run
 from gateway.errors import ERROR_META_KEY
 from gateway.records.model import FEEDBACK_TOKEN_META_KEY
 from gateway.records.service import SQLITE_FILE
+from gateway.security.auth import hash_key, new_key
 from tests.conftest import DEMO_SERVER, gateway_over_stdio, start_gateway_http, stop_process, write_config
 
 pytestmark = pytest.mark.anyio

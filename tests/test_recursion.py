@@ -1,4 +1,4 @@
-"""No self-recursion (`gateway.recursion`): entries that start the gateway itself, the chain of gateways, its cap.
+"""No self-recursion (`upstreams.recursion`): entries that start the gateway itself, the chain of gateways, its cap.
 
 The command-line reading is tested over many shapes of entry; the guards are tested with
 real gateways as real child processes, counting the processes they start.
@@ -20,8 +20,10 @@ import anyio
 import psutil
 import pytest
 
-from gateway.config import load_config
-from gateway.recursion import (
+from gateway.config.loader import load_config
+from gateway.config.settings import Settings
+from gateway.registry import RegistrationError, Registry, specs_from_config
+from gateway.upstreams.recursion import (
     CHAIN_VAR,
     SELF_START,
     TOO_DEEP,
@@ -31,8 +33,6 @@ from gateway.recursion import (
     inherited_chain,
     starts_gateway,
 )
-from gateway.registry import RegistrationError, Registry, specs_from_config
-from gateway.settings import Settings
 from tests.conftest import REPO, gateway_env, write_config
 
 TINY_SERVER = REPO / "tests" / "servers" / "tiny_server.py"
@@ -68,7 +68,10 @@ SAME_CONFIG_SHAPES = {
     "python -m gateway": ("python", ["-m", "gateway", "--config", "{own}", "serve"]),
     "python3.11 with interpreter options": ("python3.11", ["-I", "-u", "-X", "utf8", "-m", "gateway", "-c", "{own}"]),
     "python -mgateway": ("/usr/bin/python3", ["-mgateway", "--config", "{own}", "serve"]),
-    "python -c importing gateway.cli": ("python", ["-c", "from gateway.cli import main; main()", "--config", "{own}"]),
+    "python -c importing gateway.cli": (
+        "python",
+        ["-c", "from gateway.cli.main import main; main()", "--config", "{own}"],
+    ),
     "npx -y": ("npx", ["-y", "mcp-gateway", "--config", "{own}", "serve"]),
     "npx -c": ("npx", ["-c", "mcp-gateway --config '{own}' serve"]),
     "npm exec --": ("npm", ["exec", "--", "mcp-gateway", "--config", "{own}", "serve"]),

@@ -29,8 +29,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
-from gateway.auth import hash_key, new_key
 from gateway.records.model import FEEDBACK_TOKEN_META_KEY
+from gateway.security.auth import hash_key, new_key
 from tests.conftest import DEMO_SERVER, start_gateway_http, stop_process, write_config
 from tests.prometheus import Samples, samples, value
 

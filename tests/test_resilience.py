@@ -25,14 +25,14 @@ import mcp_types as types
 import pytest
 from mcp import Client
 
-from gateway import upstream as upstream_module
 from gateway.calls import compose
 from gateway.calls.breaker import CircuitBreaker, CircuitBreakers, refusal
 from gateway.calls.timeout import apply_timeout
-from gateway.config import load_config
+from gateway.config.loader import load_config
+from gateway.config.settings import ResilienceSettings, Settings
 from gateway.errors import ERROR_META_KEY, GatewayError, UpstreamTimeout, UpstreamUnavailable
 from gateway.registry import Registry, specs_from_config
-from gateway.settings import ResilienceSettings, Settings
+from gateway.upstreams import upstream as upstream_module
 from tests.conftest import (
     DEMO_SERVER,
     NO_EMBEDDINGS,

@@ -626,11 +626,11 @@ EVERYDAY_REQUESTS = [
 @pytest.fixture(scope="module")
 def bundled_router(embedder: Embedder, tmp_path_factory: pytest.TempPathFactory) -> Router:
     """The router over the bundled plugins' tools (clock, notes, openapi, sql) as the example config serves them."""
-    from gateway.config import load_config
+    from gateway.config.loader import load_config
+    from gateway.config.settings import Settings
     from gateway.plugins import get_plugin_manager
     from gateway.registry import Registry, specs_from_config, specs_from_plugins
     from gateway.router.service import records_from_registry
-    from gateway.settings import Settings
 
     settings = Settings(data_dir=tmp_path_factory.mktemp("bundled"))
     config = load_config(REPO / "external-mcps.yaml")

@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from gateway.settings import PluginSettings, Settings
+from gateway.config.settings import PluginSettings, Settings
 from tests.conftest import REPO, call_plugin_tool
 
 

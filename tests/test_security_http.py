@@ -25,9 +25,9 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from gateway.auth import hash_key, new_key
-from gateway.cli import run
+from gateway.cli.main import run
 from gateway.errors import ERROR_META_KEY
+from gateway.security.auth import hash_key, new_key
 from tests.conftest import DEMO_SERVER, REPO, start_gateway_http, start_script_http, stop_process, write_config
 
 pytestmark = pytest.mark.anyio

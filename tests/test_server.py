@@ -20,7 +20,7 @@ import pytest
 from mcp import Client, MCPError
 from mcp.shared.exceptions import MCPDeprecationWarning
 
-from gateway.passthrough import relayed_error
+from gateway.serving.passthrough import relayed_error
 from tests.conftest import (
     DEMO_SERVER,
     NO_EMBEDDINGS,

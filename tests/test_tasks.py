@@ -23,7 +23,7 @@ import mcp_types as types
 import pytest
 
 from gateway.errors import ERROR_META_KEY
-from gateway.tasks import TaskTable
+from gateway.serving.tasks import TaskTable
 from tests.conftest import REPO, gateway_env, gateway_over_stdio, start_gateway_http, stop_process, write_config
 from tests.everything import everything_command
 

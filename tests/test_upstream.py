@@ -20,8 +20,8 @@ from mcp import Client
 
 from bench.compat.install import install_servers, server_command
 from bench.compat.servers import by_id
-from gateway.upstream import Upstream, UpstreamSpec, unavailable_message
-from gateway.upstream_logs import StderrLog
+from gateway.upstreams.stderr import StderrLog
+from gateway.upstreams.upstream import Upstream, UpstreamSpec, unavailable_message
 from tests.conftest import (
     DEMO_SERVER,
     NO_EMBEDDINGS,
@@ -173,7 +173,7 @@ PARTIAL_SERVER = REPO / "tests" / "servers" / "partial_server.py"
 async def test_a_server_that_answers_method_not_found_to_optional_methods_serves_its_tools(
     tmp_path: Path, protocol: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="gateway.listing")
+    caplog.set_level(logging.DEBUG, logger="gateway.upstreams.listing")
     servers = f"  partial:\n    command: {sys.executable}\n    args: [{json.dumps(str(PARTIAL_SERVER))}]\n"
     servers += f"    protocol: {protocol}\n"
     with anyio.fail_after(60):

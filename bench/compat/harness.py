@@ -42,7 +42,7 @@ from mcp.shared.exceptions import MCPError
 from bench.compat.install import server_command
 from bench.compat.servers import CompatServer
 from gateway.catalog import SERVER_META_KEY, expose_name
-from gateway.tasks import task_support
+from gateway.upstreams.tasks import task_support
 
 __all__ = ["Context", "Listing", "Row", "gateway_env", "render", "run_matrix", "scratch", "start_gateway_http"]
 

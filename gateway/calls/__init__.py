@@ -1,6 +1,6 @@
 """The chain every proxied tool call runs through, one concern per module.
 
-    metrics     counts every call, its outcome and its time (Prometheus, `gateway.metrics`)
+    metrics     counts every call, its outcome and its time (Prometheus, `gateway.observability.metrics`)
     plugin_hooks  plugins' before/after/translate-error hooks (when a plugin has one)
     validation  arguments checked against the tool's inputSchema before anything is sent
     retry       annotation-aware retries (tenacity), bounded in attempts and time

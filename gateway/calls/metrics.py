@@ -15,7 +15,7 @@ from mcp.shared.exceptions import MCPError
 
 from gateway.calls.chain import CallHandler, ToolCall
 from gateway.errors import ERROR_META_KEY, GatewayError, UpstreamTimeout
-from gateway.metrics import CallStatus, GatewayMetrics
+from gateway.observability.metrics import CallStatus, GatewayMetrics
 
 __all__ = ["CallMetrics", "outcome_of_result"]
 

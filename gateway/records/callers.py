@@ -18,8 +18,8 @@ from typing import Any
 from mcp.server import ServerRequestContext
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from gateway.http_guard import principal_in
 from gateway.relay import connection_of
+from gateway.security.http_guard import principal_in
 
 __all__ = ["CallerIds"]
 

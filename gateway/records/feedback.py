@@ -4,7 +4,7 @@ The token is the execution id the result carried in `_meta["mcp-gateway/feedback
 A client may rate a result milliseconds after getting it, before the writer flushed
 it: a token not found yet makes the writer flush, and the lookup is made again.
 Feedback itself is written through, not buffered: the caller learns whether it was
-kept. A caller can rate only executions of tools it may see (`gateway.scopes`); any
+kept. A caller can rate only executions of tools it may see (`gateway.security.scopes`); any
 other token is as unknown as a made-up one.
 """
 
@@ -22,10 +22,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from gateway.errors import ExecutionError, InvalidArguments, error_result
-from gateway.http_guard import principal_in
 from gateway.records.model import FEEDBACK_TOKEN_META_KEY, ExecutionRef, FeedbackRow
 from gateway.records.store import AlreadyRated, StoreUnavailable
-from gateway.scopes import tool_visible
+from gateway.security.http_guard import principal_in
+from gateway.security.scopes import tool_visible
 
 if TYPE_CHECKING:
     from gateway.records.service import Records

@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 
+from gateway.config.settings import RecordsSettings, Settings
 from gateway.errors import GatewayError
 from gateway.records.cut import refused_summary, size_estimate
 from gateway.records.model import FailureRow, PendingExecution, SearchRow
@@ -23,7 +24,6 @@ from gateway.records.sqlite import SqliteStore
 from gateway.records.store import Batch, RecordStore
 from gateway.records.trail import SearchTrail
 from gateway.records.writer import RecordWriter
-from gateway.settings import RecordsSettings, Settings
 from gateway.sizes import cut_bytes
 
 __all__ = ["SQLITE_FILE", "Records", "open_store"]

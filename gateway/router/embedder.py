@@ -45,7 +45,7 @@ from gateway.router.bundled_model import (
 from gateway.router.pooling import fastembed_encoder
 
 if TYPE_CHECKING:
-    from gateway.settings import EmbeddingSettings
+    from gateway.config.settings import EmbeddingSettings
 
 __all__ = [
     "DEFAULT_MODEL_NAME",

@@ -24,18 +24,18 @@ import anyio
 import anyio.to_thread
 
 from gateway.errors import GatewayError
-from gateway.progress import TerminalProgress
 from gateway.router.base import Embedder, SearchHit, ToolRecord
 from gateway.router.learning import LearningConfig
+from gateway.router.progress import TerminalProgress
 from gateway.router.signals import SignalSource, UsageSignal
 
 if TYPE_CHECKING:
     import mcp_types as types
 
+    from gateway.config.settings import LearningSettings, Settings
     from gateway.plugins import PluginManager
     from gateway.registry import Registry
     from gateway.router.index import Router
-    from gateway.settings import LearningSettings, Settings
 
 __all__ = [
     "RouterService",

@@ -19,8 +19,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
+from gateway.config.settings import Settings
 from gateway.hookspecs import RegisterServer, hookimpl
-from gateway.settings import Settings
 
 __all__ = ["create_server", "gateway_register_servers"]
 

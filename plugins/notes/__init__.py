@@ -41,8 +41,8 @@ from mcp.types import (
 )
 from pydantic import BaseModel, Field
 
+from gateway.config.settings import Settings
 from gateway.hookspecs import RegisterServer, hookimpl
-from gateway.settings import Settings
 
 __all__ = ["Note", "NoteStore", "NotesServer", "create_server", "gateway_register_servers", "slugify"]
 

@@ -19,8 +19,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
+from gateway.config.settings import Settings
 from gateway.hookspecs import RegisterServer, hookimpl
-from gateway.settings import Settings
 
 from .call import ApiResponse, CallError, Credentials, response_text, send
 from .config import AuthConfig, Config, SpecConfig, missing_variables

@@ -34,8 +34,8 @@ from .spec import ApiSpec, Operation, SpecError, parse_document
 from .validate import SchemaValidator
 
 if TYPE_CHECKING:
+    from gateway.config.settings import Settings
     from gateway.router.index import Router
-    from gateway.settings import Settings
 
 __all__ = ["Explorer", "NotFound"]
 

@@ -24,7 +24,7 @@ from gateway.router.index import Router
 from .spec import Operation
 
 if TYPE_CHECKING:
-    from gateway.settings import Settings
+    from gateway.config.settings import Settings
 
 __all__ = ["build_router", "load_embedder", "operation_record"]
 

@@ -20,8 +20,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gateway.config.settings import Settings
 from gateway.hookspecs import RegisterServer, hookimpl
-from gateway.settings import Settings
 
 from .classify import SqlRefused
 from .database import Database, DatabaseError

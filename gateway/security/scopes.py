@@ -15,9 +15,9 @@ import fnmatch
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gateway.auth import Principal
 from gateway.catalog import Entry
 from gateway.errors import ToolNotFound
+from gateway.security.auth import Principal
 
 __all__ = ["server_visible", "tool_not_found", "tool_visible", "visible", "visible_names"]
 

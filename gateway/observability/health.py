@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.registry import Registry
-from gateway.upstream import LISTED_STATES, Upstream
+from gateway.upstreams.upstream import LISTED_STATES, Upstream
 
 __all__ = ["is_ready", "server_health"]
 

@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 import jwt
 
-from gateway.security_config import HASH_PREFIX, AuthConfig, JwtConfig, ProfileConfig, RateLimit
+from gateway.config.security import HASH_PREFIX, AuthConfig, JwtConfig, ProfileConfig, RateLimit
 
 __all__ = ["Authenticator", "AuthError", "Principal", "hash_key", "new_key"]
 

@@ -2,10 +2,10 @@
 
 The registry passes every rebuild's listings through `ToolVetter.vet`. Per tool:
 
-- its fingerprint is recorded (`gateway.integrity`); a change since it was first seen
+- its fingerprint is recorded (`gateway.security.integrity`); a change since it was first seen
   is flagged, and under `security.tool_changes: block` the tool is withheld until a
   person runs `mcp-gateway tools approve NAME`;
-- its description is scanned (`gateway.injection`); under `security.injection`,
+- its description is scanned (`gateway.security.injection`); under `security.injection`,
   `warn` logs and reports, `strip` removes what was found from the description, and
   `quarantine` withholds the tool until it is approved.
 
@@ -24,10 +24,10 @@ import anyio
 import mcp_types as types
 
 from gateway.catalog import ServerListing, expose_name
+from gateway.config.security import SecurityConfig
 from gateway.errors import ToolWithheld
-from gateway.injection import Finding, scan, strip_findings
-from gateway.integrity import IntegrityStore, fingerprint
-from gateway.security_config import SecurityConfig
+from gateway.security.injection import Finding, scan, strip_findings
+from gateway.security.integrity import IntegrityStore, fingerprint
 
 __all__ = ["ToolReport", "ToolVetter"]
 

@@ -22,12 +22,11 @@ import anyio
 import mcp_types as types
 from pydantic import ValidationError
 
-from gateway.auth import MIN_KEY_LENGTH, Authenticator, hash_key, new_key
-from gateway.check_report import print_check, print_table, server_row
-from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.cli.check_report import print_check, print_table, server_row
+from gateway.config.loader import ConfigError, GatewayConfig, load_config
+from gateway.config.security import AuthConfig
+from gateway.config.settings import Settings, describe_settings_error
 from gateway.errors import GatewayError, error_result
-from gateway.http import bind_socket, serve_http
-from gateway.integrity import IntegrityStore
 from gateway.plugins import PluginInfo, PluginManager, get_plugin_manager, plugin_directory
 from gateway.records.service import SQLITE_FILE, Records, open_store
 from gateway.records.store import RecordsError, RecordStore
@@ -39,11 +38,12 @@ from gateway.registry import (
     specs_from_plugins,
 )
 from gateway.router.service import RouterService, build_router, learning_parameters, load_router_embedder
-from gateway.security_config import AuthConfig
-from gateway.server import GatewayServer, serve_stdio
-from gateway.settings import Settings, describe_settings_error
+from gateway.security.auth import MIN_KEY_LENGTH, Authenticator, hash_key, new_key
+from gateway.security.integrity import IntegrityStore
+from gateway.security.vetting import ToolVetter
+from gateway.serving.http import bind_socket, serve_http
+from gateway.serving.server import GatewayServer, serve_stdio
 from gateway.version import installed_version
-from gateway.vetting import ToolVetter
 
 __all__ = ["main"]
 
@@ -514,7 +514,7 @@ def _stats(settings: Settings, since_text: str | None, as_json: bool, csv_dir: P
 
 def _new_plugin(settings: Settings, name: str, tests: Path | None) -> int:
     """Write the plugin into the directory the gateway searches (beside the config), its test next to it."""
-    from gateway.scaffold import ScaffoldError, new_plugin
+    from gateway.cli.scaffold import ScaffoldError, new_plugin
 
     plugins = plugin_directory(settings)
     try:

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gateway.security_config import RateLimit
+from gateway.config.security import RateLimit
 
 __all__ = ["RateLimiter", "TokenBucket"]
 

@@ -12,7 +12,7 @@ from mcp import StdioServerParameters
 from mcp.server import MCPServer, Server
 
 if TYPE_CHECKING:
-    from gateway.upstream import Upstream
+    from gateway.upstreams.upstream import Upstream
 
 __all__ = ["CONNECTED_STATES", "LISTED_STATES", "ServerState", "Transport", "UpstreamEvents", "UpstreamSpec"]
 
@@ -56,11 +56,11 @@ class UpstreamSpec:
     idle_timeout: float = 300.0
     """Seconds without calls after which an on-demand server is stopped."""
     forward_caller_token: bool = False
-    """Whether requests made for a caller carry the caller's own bearer token (`gateway.caller_sessions`)."""
+    """Whether requests made for a caller carry the caller's own bearer token (`gateway.upstreams.caller_sessions`)."""
     secrets: tuple[str, ...] = field(default=(), repr=False)
     """Credential and header values, masked wherever the server's words are repeated."""
     stderr_level: int = logging.DEBUG
-    """The log level of a stdio server's stderr lines (`gateway.upstream_logs`)."""
+    """The log level of a stdio server's stderr lines (`gateway.upstreams.stderr`)."""
 
     @property
     def display_name(self) -> str:

@@ -21,11 +21,11 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 if TYPE_CHECKING:
-    from gateway.upstream import Upstream
+    from gateway.upstreams.upstream import Upstream
 
 __all__ = ["Subscriptions", "cancel_when", "legacy_call"]
 
-logger = logging.getLogger("gateway.upstream")
+logger = logging.getLogger("gateway.upstreams.upstream")
 
 
 class Subscriptions:

@@ -12,7 +12,7 @@ from mcp.shared.exceptions import MCPError
 from gateway.errors import UpstreamTimeout, UpstreamUnauthorized, UpstreamUnavailable
 
 if TYPE_CHECKING:
-    from gateway.upstream import Upstream
+    from gateway.upstreams.upstream import Upstream
 
 __all__ = ["describe", "server_answered", "status_of", "translate_error", "unavailable_error", "unavailable_message"]
 

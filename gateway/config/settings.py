@@ -1,6 +1,6 @@
 """Gateway-wide settings, from the environment (`GATEWAY_*`, nested with `__`) and `.env`.
 
-The YAML file (`gateway.config`) says *which* servers sit behind the gateway; these
+The YAML file (`gateway.config.loader`) says *which* servers sit behind the gateway; these
 settings say *how* the gateway itself runs. Keeping them apart lets an operator
 change ports, paths or limits per deployment without touching the shared YAML.
 """

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.health import server_health
+from gateway.observability.health import server_health
 from gateway.registry import Registry
-from gateway.upstream import Upstream
-from gateway.vetting import ToolReport
+from gateway.security.vetting import ToolReport
+from gateway.upstreams.upstream import Upstream
 
 __all__ = ["print_check", "print_table", "server_row"]
 

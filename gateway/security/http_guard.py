@@ -33,9 +33,9 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.auth import Authenticator, AuthError, Principal
-from gateway.ratelimit import RateLimiter
-from gateway.security_config import AuthConfig
+from gateway.config.security import AuthConfig
+from gateway.security.auth import Authenticator, AuthError, Principal
+from gateway.security.ratelimit import RateLimiter
 
 __all__ = ["METADATA_PATH", "PRINCIPAL_KEY", "PUBLIC_PATHS", "SecurityMiddleware", "forwardable_token", "principal_in"]
 

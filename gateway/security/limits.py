@@ -1,6 +1,6 @@
 """Size and count limits on tool calls: arguments in, results out, calls per session.
 
-Request bodies are limited at the HTTP layer (`gateway.http_guard`, 413). Here:
+Request bodies are limited at the HTTP layer (`gateway.security.http_guard`, 413). Here:
 arguments over `max_argument_bytes` (as compact JSON) are refused with
 `invalid_arguments` before any upstream sees them; a result over `max_result_bytes`
 is cut, blocks kept in order while they fit, and ends with a note saying how much was
@@ -17,8 +17,8 @@ from typing import Any
 
 import mcp_types as types
 
+from gateway.config.security import LimitsConfig
 from gateway.errors import GatewayError, InvalidArguments
-from gateway.security_config import LimitsConfig
 from gateway.sizes import cut_bytes, json_bytes, utf8_bytes
 
 __all__ = ["SessionLimitReached", "cap_result", "check_arguments", "check_session_calls"]

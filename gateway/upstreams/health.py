@@ -11,8 +11,8 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from gateway.listing import Unsupported, method_not_found
-from gateway.upstream_subscriptions import legacy_call
+from gateway.upstreams.listing import Unsupported, method_not_found
+from gateway.upstreams.subscriptions import legacy_call
 
 __all__ = ["ProbeOutcome", "probe"]
 

@@ -7,9 +7,9 @@ when the server says its lists changed, and notices when the connection dies. No
 that happens inside one upstream escapes its task: a failure becomes `state="failed"`
 with a reason, and the other servers never notice.
 
-Beside it: `gateway.upstream_spec` (what an upstream is and reports),
-`gateway.upstream_errors` (how its failures are told), `gateway.listing` (what it is
-asked for), `gateway.upstream_logs` (a stdio server's stderr).
+Beside it: `gateway.upstreams.spec` (what an upstream is and reports),
+`gateway.upstreams.errors` (how its failures are told), `gateway.upstreams.listing` (what it is
+asked for), `gateway.upstreams.stderr` (a stdio server's stderr).
 """
 
 from __future__ import annotations
@@ -36,11 +36,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from gateway.catalog import ServerListing
 from gateway.errors import UpstreamTimeout, UpstreamUnavailable
-from gateway.listing import Unsupported, fetch_listing, method_not_found, unsupported_answer
-from gateway.listing_cache import fingerprint, load_listing, save_listing
-from gateway.stdio_child import stdio_child
-from gateway.transports import http_transport, watched
-from gateway.upstream_errors import (
+from gateway.upstreams.errors import (
     describe,
     server_answered,
     status_of,
@@ -48,10 +44,14 @@ from gateway.upstream_errors import (
     unavailable_error,
     unavailable_message,
 )
-from gateway.upstream_health import probe
-from gateway.upstream_logs import StderrLog
-from gateway.upstream_spec import CONNECTED_STATES, LISTED_STATES, ServerState, UpstreamEvents, UpstreamSpec
-from gateway.upstream_subscriptions import Subscriptions, cancel_when
+from gateway.upstreams.health import probe
+from gateway.upstreams.listing import Unsupported, fetch_listing, method_not_found, unsupported_answer
+from gateway.upstreams.listing_cache import fingerprint, load_listing, save_listing
+from gateway.upstreams.spec import CONNECTED_STATES, LISTED_STATES, ServerState, UpstreamEvents, UpstreamSpec
+from gateway.upstreams.stderr import StderrLog
+from gateway.upstreams.stdio_child import stdio_child
+from gateway.upstreams.subscriptions import Subscriptions, cancel_when
+from gateway.upstreams.transports import http_transport, watched
 from gateway.version import installed_version
 
 __all__ = [
@@ -115,7 +115,7 @@ class Upstream:
         """Whether the last connection attempt was refused for the gateway's credentials."""
         self._state_event = anyio.Event()
         self.listing_dir = listing_dir
-        """Where an on-demand server's last listing is kept (see `gateway.listing_cache`)."""
+        """Where an on-demand server's last listing is kept (see `gateway.upstreams.listing_cache`)."""
         self._wanted = anyio.Event()
         self._went_idle = False
         self._last_used = 0.0
@@ -453,7 +453,7 @@ class Upstream:
                 await self.events.listing_changed(self)
 
     async def _health_worker(self, client: Client) -> None:
-        """Probe every `health_interval` s (`gateway.upstream_health`): a missed answer makes the
+        """Probe every `health_interval` s (`gateway.upstreams.health`): a missed answer makes the
         server `degraded`, three in a row close the connection so the supervisor reconnects. Probes
         bypass the call cap."""
         misses = 0

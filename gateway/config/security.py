@@ -4,7 +4,7 @@
 identity provider) and what each caller may see (profiles, the "virtual servers") and
 how fast (token-bucket rate limits). `security:` says how tool definitions are vetted
 (change detection, injection scanning) and the size limits of requests and results.
-`gateway.config` validates both sections and reports errors as file:line:key.
+`gateway.config.loader` validates both sections and reports errors as file:line:key.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
   SDK keeps a `Client` open after its transport died).
 - `http_transport`: streamable HTTP that reports every response's status.
 
-stdio has its own module, `gateway.stdio_child`, because it also owns a process group.
+stdio has its own module, `gateway.upstreams.stdio_child`, because it also owns a process group.
 """
 
 from __future__ import annotations

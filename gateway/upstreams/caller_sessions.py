@@ -4,7 +4,7 @@ By default every request to an upstream goes through one shared session that car
 the gateway's own credentials from the configuration; a caller's token never leaves
 the gateway. A server configured with `forward_caller_token: true` wants to know who
 is asking (its own access control, audit, per-user quota): requests made for a caller
-who presented a forwardable token (see `gateway.http_guard.forwardable_token`) go
+who presented a forwardable token (see `gateway.security.http_guard.forwardable_token`) go
 through a session of that caller's, opened with `Authorization: Bearer <token>`.
 
 Such a session is a full supervised `Upstream` with the shared one's settings, keyed by
@@ -29,7 +29,7 @@ import anyio.abc
 import mcp_types as types
 
 from gateway.errors import UpstreamUnauthorized
-from gateway.upstream import Upstream, UpstreamEvents, unavailable_error
+from gateway.upstreams.upstream import Upstream, UpstreamEvents, unavailable_error
 
 __all__ = ["CallerSessions", "token_key"]
 

@@ -25,7 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from gateway.calls.breaker import BreakerState
-from gateway.upstream import ServerState
+from gateway.upstreams.upstream import ServerState
 
 if TYPE_CHECKING:
     from gateway.registry import Registry

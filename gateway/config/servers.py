@@ -1,6 +1,6 @@
 """One upstream server as declared in the YAML file, validated: `ServerConfig` and its tool filter.
 
-Kept apart from the loader (`gateway.config`), which turns the file's many layouts into
+Kept apart from the loader (`gateway.config.loader`), which turns the file's many layouts into
 these models and reports problems by file, line and key.
 """
 

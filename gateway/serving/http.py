@@ -23,16 +23,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.auth import Authenticator
+from gateway.config.settings import Settings
 from gateway.errors import GatewayError
-from gateway.exposure import openai_function, unknown_mode
-from gateway.health import is_ready, server_health
-from gateway.http_guard import PUBLIC_PATHS, SecurityMiddleware, principal_in
-from gateway.metrics import CONTENT_TYPE
+from gateway.observability.health import is_ready, server_health
+from gateway.observability.metrics import CONTENT_TYPE
 from gateway.records.feedback import feedback_endpoint
-from gateway.scopes import visible
-from gateway.server import GatewayServer
-from gateway.settings import Settings
+from gateway.security.auth import Authenticator
+from gateway.security.http_guard import PUBLIC_PATHS, SecurityMiddleware, principal_in
+from gateway.security.scopes import visible
+from gateway.serving.exposure import openai_function, unknown_mode
+from gateway.serving.server import GatewayServer
 
 __all__ = [
     "METRICS_PATH",
@@ -139,7 +139,7 @@ def transport_security(settings: Settings) -> TransportSecuritySettings:
 
 
 def build_http_app(gateway: GatewayServer, settings: Settings) -> SecurityMiddleware:
-    """The MCP endpoint plus `POST /route` for host apps, behind `gateway.http_guard` (Host/Origin,
+    """The MCP endpoint plus `POST /route` for host apps, behind `gateway.security.http_guard` (Host/Origin,
     authentication, rate limits, body size)."""
     security = transport_security(settings)
     guard = TransportSecurityMiddleware(security)

@@ -41,36 +41,25 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types as types
-from mcp import Client
-from mcp.client.extension import ClientExtension, NotificationBinding
 from mcp.server import Server, ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult
 from mcp.shared.exceptions import MCPError
 
 from gateway.errors import GatewayError, TaskRequired, error_result
-from gateway.exposure import GATEWAY_TOOL_NAMES
-from gateway.http_guard import forwardable_token
-from gateway.passthrough import expose_result_uris, forwarded_meta, relayed_error
 from gateway.relay import connection_of
+from gateway.security.http_guard import forwardable_token
+from gateway.serving.exposure import GATEWAY_TOOL_NAMES
+from gateway.serving.passthrough import expose_result_uris, forwarded_meta, relayed_error
+from gateway.upstreams.tasks import TASKS_PROTOCOL_VERSION, runs_tasks, send_raw, task_support, tasks_of
 
 if TYPE_CHECKING:
     from gateway.registry import Registry
-    from gateway.upstream import Upstream
+    from gateway.upstreams.upstream import Upstream
 
-__all__ = [
-    "TASKS_PROTOCOL_VERSION",
-    "TaskProxy",
-    "TaskStatusExtension",
-    "TaskTable",
-    "client_supports_tasks",
-    "runs_tasks",
-    "task_support",
-]
+__all__ = ["TaskProxy", "TaskTable", "client_supports_tasks"]
 
 logger = logging.getLogger(__name__)
 
-TASKS_PROTOCOL_VERSION = "2025-11-25"
-"""The one protocol revision with tasks in its core (2026-07-28 moved them to an extension)."""
 RELATED_TASK_META_KEY = "io.modelcontextprotocol/related-task"
 MAX_TASKS_PER_SESSION = 1000
 """The oldest mappings of a session are forgotten beyond this many."""
@@ -79,64 +68,10 @@ Prepare = Callable[[ServerRequestContext[Any, Any], types.CallToolRequestParams]
 """The checks a call passes before it goes upstream (scope, limits), raising `GatewayError`."""
 
 
-def task_support(tool: types.Tool) -> str:
-    """`forbidden` (the default), `optional` or `required`."""
-    return (tool.execution.task_support if tool.execution is not None else None) or "forbidden"
-
-
 def client_supports_tasks(ctx: ServerRequestContext[Any, Any]) -> bool:
     """Did this client declare task support, on the protocol revision that has tasks?"""
     caps = ctx.session.client_capabilities
     return ctx.protocol_version == TASKS_PROTOCOL_VERSION and caps is not None and caps.tasks is not None
-
-
-def _tasks_of(upstream: Upstream) -> types.ServerTasksCapability | None:
-    """The server's `tasks` capability, on a connection at the revision that has tasks."""
-    caps = upstream.server_capabilities
-    if upstream.protocol_version != TASKS_PROTOCOL_VERSION or caps is None:
-        return None
-    return caps.tasks
-
-
-def runs_tasks(upstream: Upstream) -> bool:
-    """Does this server take task-augmented `tools/call` on the connection the gateway has to it?"""
-    tasks = _tasks_of(upstream)
-    requests = tasks.requests if tasks is not None else None
-    return requests is not None and requests.tools is not None and requests.tools.call is not None
-
-
-async def send_raw(client: Client, method: str, params: dict[str, Any]) -> dict[str, Any]:
-    """Send a request whose result the SDK does not model, and return the result as sent.
-
-    mcp 2.3 defines the task types but does not dispatch them, and validates a
-    `tools/call` result as a `CallToolResult`, which a `CreateTaskResult` is not. So
-    the request goes out on the session's dispatcher (not public API in mcp 2.3), with
-    the same per-request stamp the SDK's own requests get.
-    """
-    session = client.session
-    data: dict[str, Any] = {"method": method, "params": params}
-    opts: dict[str, Any] = {}
-    session._stamp(data, opts)  # type: ignore[arg-type]
-    return await session._dispatcher.send_raw_request(method, data.get("params"), opts)  # type: ignore[arg-type]
-
-
-class TaskStatusExtension(ClientExtension):
-    """Lets an upstream session receive `notifications/tasks/status` (mcp 2.3 delivers a
-    notification outside its core tables only to an extension's binding)."""
-
-    identifier = "io.github.mcp-gateway/task-status"
-
-    def __init__(self, handler: Callable[[types.TaskStatusNotificationParams], Awaitable[None]]) -> None:
-        self.handler = handler
-
-    def notifications(self) -> list[NotificationBinding[Any]]:
-        return [
-            NotificationBinding(
-                method="notifications/tasks/status",
-                params_type=types.TaskStatusNotificationParams,
-                handler=self.handler,
-            )
-        ]
 
 
 @dataclass
@@ -257,7 +192,7 @@ class TaskProxy:
         capable = [u for u in self.registry.upstreams.values() if u.connected and runs_tasks(u)]
         if self.stateless() or not capable:
             return None
-        cancel = any(getattr(_tasks_of(u), "cancel", None) is not None for u in capable)
+        cancel = any(getattr(tasks_of(u), "cancel", None) is not None for u in capable)
         calls = types.TasksToolsCapability(call=types.TasksCallCapability())
         return types.ServerTasksCapability(
             list=types.TasksListCapability(),
@@ -383,7 +318,7 @@ class TaskProxy:
         self, ctx: ServerRequestContext[Any, Any], params: types.CancelTaskRequestParams
     ) -> dict[str, Any]:
         task, upstream = self._lookup(ctx, params.task_id)
-        if getattr(_tasks_of(upstream), "cancel", None) is None:
+        if getattr(tasks_of(upstream), "cancel", None) is None:
             raise MCPError(
                 types.METHOD_NOT_FOUND,
                 f"Server {upstream.id!r}, which runs task {task.exposed!r}, does not support tasks/cancel.",

@@ -4,8 +4,8 @@ Built on the SDK's low-level `Server`, which speaks both protocol eras: the
 handshake era (`initialize`, up to 2025-11-25) and the 2026-07-28 era
 (`server/discover`, per-request envelopes). Handlers look names up in the
 registry's catalog and forward the request to the owning upstream. Change
-notifications (`gateway.notifications`), requests an upstream interrupts with questions
-(`gateway.relay.Interactions`) and MCP tasks (`gateway.tasks`) have modules of their own.
+notifications (`gateway.serving.notifications`), requests an upstream interrupts with questions
+(`gateway.relay.Interactions`) and MCP tasks (`gateway.serving.tasks`) have modules of their own.
 """
 
 from __future__ import annotations
@@ -32,8 +32,22 @@ from mcp.server.subscriptions import (
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from gateway.config.security import AuthConfig, SecurityConfig
+from gateway.config.settings import Settings
 from gateway.errors import GatewayError, InvalidArguments, error_result
-from gateway.exposure import (
+from gateway.observability.metrics import SearchStatus
+from gateway.records.callers import CallerIds
+from gateway.records.feedback import FEEDBACK_TOOL, feedback_tool_result
+from gateway.records.model import EXECUTION_ID_NOTE, FEEDBACK_TOKEN_META_KEY
+from gateway.records.recorder import CLIENT_NOTE, SESSION_NOTE
+from gateway.registry import ChangeKind, Registry
+from gateway.relay import Interactions, connection_of
+from gateway.router.base import SearchHit
+from gateway.router.service import RouterService
+from gateway.security.http_guard import forwardable_token, principal_in
+from gateway.security.limits import cap_result, check_arguments, check_session_calls
+from gateway.security.scopes import server_visible, tool_not_found, tool_visible, visible, visible_names
+from gateway.serving.exposure import (
     CALL_TOOL,
     GATEWAY_TOOL_NAMES,
     SEARCH_TOOL,
@@ -44,35 +58,21 @@ from gateway.exposure import (
     parse_search_arguments,
     tool_payload,
 )
-from gateway.http_guard import forwardable_token, principal_in
-from gateway.limits import cap_result, check_arguments, check_session_calls
-from gateway.metrics import SearchStatus
-from gateway.notifications import Notifications
-from gateway.pagination import page
-from gateway.passthrough import (
+from gateway.serving.notifications import Notifications
+from gateway.serving.pagination import page
+from gateway.serving.passthrough import (
     expose_block,
     expose_result_uris,
     forwarded_meta,
     relayed_error,
     rename_contents,
 )
-from gateway.records.callers import CallerIds
-from gateway.records.feedback import FEEDBACK_TOOL, feedback_tool_result
-from gateway.records.model import EXECUTION_ID_NOTE, FEEDBACK_TOKEN_META_KEY
-from gateway.records.recorder import CLIENT_NOTE, SESSION_NOTE
-from gateway.registry import ChangeKind, Registry
-from gateway.relay import Interactions, connection_of
-from gateway.router.base import SearchHit
-from gateway.router.service import RouterService
-from gateway.scopes import server_visible, tool_not_found, tool_visible, visible, visible_names
-from gateway.security_config import AuthConfig, SecurityConfig
-from gateway.settings import Settings
-from gateway.tasks import TaskProxy
-from gateway.upstream import Upstream, cancel_when, gateway_version
+from gateway.serving.tasks import TaskProxy
+from gateway.upstreams.upstream import Upstream, cancel_when, gateway_version
 
 if TYPE_CHECKING:
-    from gateway.auth import Principal
     from gateway.records.service import Records
+    from gateway.security.auth import Principal
 
 __all__ = ["GatewayServer", "serve_stdio"]
 
@@ -88,7 +88,7 @@ RESOURCE_NOT_FOUND = -32002
 
 class _GatewayLowLevelServer(Server[Any]):
     """A low-level server whose handshake advertises list_changed for everything we proxy, and
-    tasks as far as the gateway can honour them at the time of the handshake (`gateway.tasks`)."""
+    tasks as far as the gateway can honour them at the time of the handshake (`gateway.serving.tasks`)."""
 
     tasks_capability: Callable[[], types.ServerTasksCapability | None] = staticmethod(lambda: None)
 
@@ -233,7 +233,7 @@ class GatewayServer:
         return types.ListToolsResult(tools=tools, next_cursor=cursor)
 
     def _visible_tools(self, ctx: ServerRequestContext[Any, Any]) -> list[types.Tool]:
-        """What `tools/list` shows this client, by exposure mode (see `gateway.exposure`)."""
+        """What `tools/list` shows this client, by exposure mode (see `gateway.serving.exposure`)."""
         principal = principal_in(ctx.request)
         catalog = {n: e for n, e in self.registry.catalog.tools.items() if visible(principal, e)}
         usable = self.tasks.usable(ctx)
@@ -300,8 +300,8 @@ class GatewayServer:
         self._check_call(ctx, params)
 
     def _check_call(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> None:
-        """Scope, session call count and argument size, before the call goes upstream (`gateway.scopes`,
-        `gateway.limits`)."""
+        """Scope, session call count and argument size, before the call goes upstream (`gateway.security.scopes`,
+        `gateway.security.limits`)."""
         principal = principal_in(ctx.request)
         tools = self.registry.catalog.tools
         entry = tools.get(params.name)

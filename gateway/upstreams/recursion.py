@@ -59,8 +59,8 @@ _SCRIPT_HEAD = 8192  # bytes of a script read to recognise our console script
 
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _PYTHON = re.compile(r"^(python|pypy)(\d+(\.\d+)*)?w?$")
-_CONSOLE_SCRIPT = re.compile(r"^\s*from gateway\.cli import main\b", re.MULTILINE)
-_PYTHON_CODE = re.compile(r"\bfrom gateway(\.cli)? import\b|\bimport gateway\b")
+_CONSOLE_SCRIPT = re.compile(r"^\s*from gateway\.cli(\.main)? import main\b", re.MULTILINE)
+_PYTHON_CODE = re.compile(r"\bfrom gateway(\.cli(\.main)?)? import\b|\bimport gateway\b")
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 _VERSION = re.compile(r"(?<=.)(@|==|>=|~=)[^@]*$|\[[^\]]*\]")  # mcp-gateway@0.1, mcp-gateway[x]==0.1
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash"})
@@ -454,7 +454,9 @@ def _is_serve_script(path: Path) -> bool:
     """The repository's `scripts/serve`, which runs the gateway from the repository's root."""
     real = path.resolve()
     return (
-        real.name == "serve" and real.parent.name == "scripts" and (real.parent.parent / "gateway" / "cli.py").is_file()
+        real.name == "serve"
+        and real.parent.name == "scripts"
+        and (real.parent.parent / "gateway" / "cli" / "main.py").is_file()
     )
 
 

@@ -27,8 +27,8 @@ from pydantic import (
     ValidationError,
 )
 
-from gateway.security_config import AuthConfig, SecurityConfig
-from gateway.server_config import MASK, PREFIX_MAX, PREFIX_RE, SERVER_ID_RE, ServerConfig, ToolFilter
+from gateway.config.security import AuthConfig, SecurityConfig
+from gateway.config.servers import MASK, PREFIX_MAX, PREFIX_RE, SERVER_ID_RE, ServerConfig, ToolFilter
 
 __all__ = [
     "DEFAULT_CONFIG_NAME",

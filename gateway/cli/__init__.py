@@ -1,0 +1,1 @@
+"""The `mcp-gateway` command."""

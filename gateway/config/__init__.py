@@ -1,0 +1,1 @@
+"""Configuration: the settings (environment, `.env`), the YAML loader, and the server and security models."""

@@ -1,0 +1,1 @@
+"""What the gateway tells its operator: Prometheus metrics and health."""

@@ -1,0 +1,1 @@
+"""The upstream side: one supervised MCP session per server, how it is started, listed, probed and torn down."""
