@@ -161,8 +161,8 @@ def test_a_copy_of_the_console_script_under_another_name_is_recognised(own: Path
 def test_the_repositorys_serve_script_runs_the_default_config_of_the_repository(tmp_path: Path) -> None:
     root = tmp_path / "checkout"
     (root / "scripts").mkdir(parents=True)
-    (root / "gateway").mkdir()
-    (root / "gateway" / "cli.py").write_text("")
+    (root / "gateway" / "cli").mkdir(parents=True)
+    (root / "gateway" / "cli" / "main.py").write_text("")
     shutil.copy(REPO / "scripts" / "serve", root / "scripts" / "serve")
     own = write_config(root / "external-mcps.yaml", "mcps: {}\n")
     assert _detects(own, str(root / "scripts" / "serve"), ["--transport", "stdio"], cwd=tmp_path)
