@@ -4,17 +4,41 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
 from gateway.errors import UpstreamTimeout, UpstreamUnauthorized, UpstreamUnavailable
 
-if TYPE_CHECKING:
-    from gateway.upstreams.upstream import Upstream
+__all__ = [
+    "DownServer",
+    "describe",
+    "server_answered",
+    "status_of",
+    "translate_error",
+    "unavailable_error",
+    "unavailable_message",
+]
 
-__all__ = ["describe", "server_answered", "status_of", "translate_error", "unavailable_error", "unavailable_message"]
+
+class DownServer(Protocol):
+    """What the error for an unavailable server reads of it (an `Upstream` is one)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def reason(self) -> str | None: ...
+
+    @property
+    def retry_at(self) -> datetime | None: ...
+
+    @property
+    def unauthorized(self) -> bool: ...
 
 
 def translate_error(
@@ -47,7 +71,7 @@ def translate_error(
     return exc, False
 
 
-def unavailable_error(upstream: Upstream) -> UpstreamUnavailable | UpstreamUnauthorized:
+def unavailable_error(upstream: DownServer) -> UpstreamUnavailable | UpstreamUnauthorized:
     """The error for a call to a server that is not connected: unauthorized, or just unavailable."""
     if upstream.unauthorized:
         return UpstreamUnauthorized(
@@ -58,7 +82,7 @@ def unavailable_error(upstream: Upstream) -> UpstreamUnavailable | UpstreamUnaut
     return UpstreamUnavailable(unavailable_message(upstream), server=upstream.id)
 
 
-def unavailable_message(upstream: Upstream) -> str:
+def unavailable_message(upstream: DownServer) -> str:
     """A sentence for a model: which server is down, why, and when it will be retried."""
     reason = f": {upstream.reason}" if upstream.reason else ""
     text = f"Server {upstream.id!r} is not available ({upstream.state}{reason})."

@@ -5,16 +5,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal
 
-import mcp_types as types
 from mcp import StdioServerParameters
 from mcp.server import MCPServer, Server
 
-if TYPE_CHECKING:
-    from gateway.upstreams.upstream import Upstream
-
-__all__ = ["CONNECTED_STATES", "LISTED_STATES", "ServerState", "Transport", "UpstreamEvents", "UpstreamSpec"]
+__all__ = ["CONNECTED_STATES", "LISTED_STATES", "ServerState", "Transport", "UpstreamSpec"]
 
 ServerState = Literal["starting", "ready", "degraded", "idle", "failed", "disabled", "stopped"]
 CONNECTED_STATES = ("ready", "degraded")
@@ -65,19 +61,3 @@ class UpstreamSpec:
     @property
     def display_name(self) -> str:
         return self.name or self.id
-
-
-class UpstreamEvents(Protocol):
-    """What an upstream reports to its owner (the registry)."""
-
-    async def listing_changed(self, upstream: Upstream) -> None: ...
-
-    async def state_changed(self, upstream: Upstream) -> None: ...
-
-    async def resource_updated(self, upstream: Upstream, uri: str) -> None: ...
-
-    async def log_message(self, upstream: Upstream, params: types.LoggingMessageNotificationParams) -> None: ...
-
-    async def relay_request(
-        self, upstream: Upstream, request: types.InputRequest
-    ) -> types.InputResponse | types.ErrorData: ...

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 import anyio
 from mcp import Client
@@ -20,18 +20,39 @@ from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-if TYPE_CHECKING:
-    from gateway.upstreams.upstream import Upstream
+from gateway.upstreams.listing import Unsupported
 
-__all__ = ["Subscriptions", "cancel_when", "legacy_call"]
+__all__ = ["SubscribedServer", "Subscriptions", "cancel_when", "legacy_call"]
 
 logger = logging.getLogger("gateway.upstreams.upstream")
+
+
+class SubscribedServer(Protocol):
+    """What the subscriptions use of their server (an `Upstream` is one)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def protocol_version(self) -> str | None: ...
+
+    @property
+    def call_timeout(self) -> float: ...
+
+    @property
+    def unsupported(self) -> Unsupported: ...
+
+    def refresh(self) -> None: ...
+
+    async def request(
+        self, operation: str, send: Callable[[Client], Awaitable[Any]], *, timeout: float | None = None
+    ) -> Any: ...
 
 
 class Subscriptions:
     """The resources subscribed to on one upstream, and its listen stream."""
 
-    def __init__(self, upstream: Upstream) -> None:
+    def __init__(self, upstream: SubscribedServer) -> None:
         self.upstream = upstream
         self.uris: set[str] = set()
         self.listening = False

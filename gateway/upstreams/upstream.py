@@ -7,9 +7,11 @@ when the server says its lists changed, and notices when the connection dies. No
 that happens inside one upstream escapes its task: a failure becomes `state="failed"`
 with a reason, and the other servers never notice.
 
-Beside it: `gateway.upstreams.spec` (what an upstream is and reports),
-`gateway.upstreams.errors` (how its failures are told), `gateway.upstreams.listing` (what it is
-asked for), `gateway.upstreams.stderr` (a stdio server's stderr).
+Beside it: `gateway.upstreams.spec` (what an upstream is), `gateway.upstreams.errors` (how its
+failures are told), `gateway.upstreams.listing` (what it is asked for), `gateway.upstreams.health`
+(one probe), `gateway.upstreams.on_demand` (start at the first call, stop when idle),
+`gateway.upstreams.subscriptions` (resource subscriptions), `gateway.upstreams.stderr` (a stdio
+server's stderr).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 import anyio
 import mcp_types as types
@@ -46,8 +48,8 @@ from gateway.upstreams.errors import (
 )
 from gateway.upstreams.health import probe
 from gateway.upstreams.listing import Unsupported, fetch_listing, method_not_found, unsupported_answer
-from gateway.upstreams.listing_cache import fingerprint, load_listing, save_listing
-from gateway.upstreams.spec import CONNECTED_STATES, LISTED_STATES, ServerState, UpstreamEvents, UpstreamSpec
+from gateway.upstreams.on_demand import OnDemand
+from gateway.upstreams.spec import CONNECTED_STATES, LISTED_STATES, ServerState, UpstreamSpec
 from gateway.upstreams.stderr import StderrLog
 from gateway.upstreams.stdio_child import stdio_child
 from gateway.upstreams.subscriptions import Subscriptions, cancel_when
@@ -77,12 +79,26 @@ RESTART_BACKOFF_MAX = 60.0
 
 MIN_SECRET_LENGTH = 4
 """Shorter configured values are not masked: they would garble ordinary words."""
-IDLE_CHECK_SECONDS = 5.0
-"""How often an on-demand server checks whether it has been idle long enough."""
 HEALTH_TIMEOUT = 10.0
 """Seconds a health-check ping may take (at most the server's call timeout)."""
 HEALTH_MISSES = 3
 """Missed pings in a row after which the connection is dropped and re-made."""
+
+
+class UpstreamEvents(Protocol):
+    """What an upstream reports to its owner (the registry)."""
+
+    async def listing_changed(self, upstream: Upstream) -> None: ...
+
+    async def state_changed(self, upstream: Upstream) -> None: ...
+
+    async def resource_updated(self, upstream: Upstream, uri: str) -> None: ...
+
+    async def log_message(self, upstream: Upstream, params: types.LoggingMessageNotificationParams) -> None: ...
+
+    async def relay_request(
+        self, upstream: Upstream, request: types.InputRequest
+    ) -> types.InputResponse | types.ErrorData: ...
 
 
 class Upstream:
@@ -114,13 +130,8 @@ class Upstream:
         self.unauthorized = False
         """Whether the last connection attempt was refused for the gateway's credentials."""
         self._state_event = anyio.Event()
-        self.listing_dir = listing_dir
-        """Where an on-demand server's last listing is kept (see `gateway.upstreams.listing_cache`)."""
-        self._wanted = anyio.Event()
-        self._went_idle = False
-        self._last_used = 0.0
-        self._pending = 0
-        """Requests started and not finished, including those waiting for a connection."""
+        self.on_demand = OnDemand(spec, listing_dir)
+        """Start at the first call and stop when idle, for a server with `start: on_demand`."""
         self.http_status: int | None = None
         """The status of the last HTTP response from a streamable-HTTP server."""
         self.state: ServerState = "starting" if spec.enabled else "disabled"
@@ -177,7 +188,7 @@ class Upstream:
         if not self.spec.enabled:
             self._ready.set()
             return
-        cached = self._cached_listing()
+        cached = self.on_demand.cached_listing()
         if cached is not None:
             self.listing = cached
             await self._set_state("idle", "starts on its first call")
@@ -197,8 +208,8 @@ class Upstream:
                 self._ready.set()
             if self._stop.is_set():
                 break
-            if self._went_idle:
-                self._went_idle, failures = False, 0
+            if self.on_demand.went_idle:
+                self.on_demand.went_idle, failures = False, 0
                 timeout = f"{self.spec.idle_timeout:g}"
                 await self._set_state("idle", f"stopped after {timeout} s without calls; starts on its next call")
                 await self._wait_wanted()
@@ -217,40 +228,11 @@ class Upstream:
         if self.state in ("starting", *LISTED_STATES):
             await self._set_state("stopped", "the gateway stopped")
 
-    # ---- on-demand start --------------------------------------------------------
-
-    def _cached_listing(self) -> ServerListing | None:
-        """An on-demand server's saved listing, if it is still valid: then it need not start yet."""
-        if self.spec.start != "on_demand" or self.listing_dir is None:
-            return None
-        assert isinstance(self.spec.target, StdioServerParameters)
-        return load_listing(self.listing_dir, self.id, self.spec.prefix, fingerprint(self.spec.target))
-
-    def _save_listing(self) -> None:
-        if self.spec.start == "on_demand" and self.listing_dir is not None:
-            assert isinstance(self.spec.target, StdioServerParameters)
-            save_listing(self.listing_dir, self.listing, fingerprint(self.spec.target))
-
     async def _wait_wanted(self) -> None:
-        """Wait (idle) until a call wants this server, or the gateway stops."""
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(cancel_when, self._stop, tg.cancel_scope)
-            await self._wanted.wait()
-            tg.cancel_scope.cancel()
-        self._wanted = anyio.Event()
+        """Wait (idle) until a call wants this on-demand server, or the gateway stops."""
+        await self.on_demand.wait_wanted(self._stop)
         if not self._stop.is_set():
             await self._set_state("starting", "started by a call")
-
-    async def _idle_worker(self, watch: anyio.CancelScope) -> None:
-        """Stop an on-demand server once it has had no call in flight for `idle_timeout` seconds."""
-        while True:
-            idle_for = anyio.current_time() - self._last_used
-            if not self._pending and idle_for >= self.spec.idle_timeout:
-                logger.info("server %r had no call for %g s; stopping it until the next one", self.id, idle_for)
-                self._went_idle = True
-                watch.cancel()
-                return
-            await anyio.sleep(max(0.05, min(IDLE_CHECK_SECONDS, self.spec.idle_timeout - idle_for)))
 
     def _new_attempt(self) -> None:
         """Forget what the previous connection left behind."""
@@ -309,8 +291,8 @@ class Upstream:
             self.server_info = client.server_info
             self.instructions = client.instructions
             self.listing = await self._fetch_listing(client)
-            self._save_listing()
-            self._last_used = anyio.current_time()
+            self.on_demand.save_listing(self.listing)
+            self.on_demand.touch()
             scope.deadline = math.inf
             connected = True
             self.sessions += 1
@@ -330,8 +312,8 @@ class Upstream:
                 with anyio.CancelScope() as watch:
                     tg.start_soon(cancel_when, self._stop, watch)
                     tg.start_soon(cancel_when, self._closed, watch)
-                    if self.spec.start == "on_demand":
-                        tg.start_soon(self._idle_worker, watch)
+                    if self.on_demand.enabled:
+                        tg.start_soon(self.on_demand.idle_worker, watch)
                     await anyio.sleep_forever()
                 tg.cancel_scope.cancel()
         return connected
@@ -449,7 +431,7 @@ class Upstream:
                 continue
             if listing != self.listing:
                 self.listing = listing
-                self._save_listing()
+                self.on_demand.save_listing(listing)
                 await self.events.listing_changed(self)
 
     async def _health_worker(self, client: Client) -> None:
@@ -541,15 +523,14 @@ class Upstream:
         request may have reached the server (`sent`), which decides whether it may be retried.
         """
         limit = self.call_timeout if timeout is None else timeout
-        self._pending += 1  # an on-demand server does not go idle under a waiting request
+        self.on_demand.begin()  # an on-demand server does not go idle under a waiting request
         try:
             if self.state == "idle":
-                self._wanted.set()
+                self.on_demand.want()
                 await self.wait_ready(self.startup_timeout)
             return await self._send(operation, send, limit)
         finally:
-            self._pending -= 1
-            self._last_used = anyio.current_time()
+            self.on_demand.end()
 
     async def _send(self, operation: str, send: Callable[[Client], Awaitable[Any]], limit: float) -> Any:
         async with self.limiter:
