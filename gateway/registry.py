@@ -15,7 +15,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any
+from typing import Any, get_args
 
 import anyio
 import mcp_types as types
@@ -25,7 +25,7 @@ from mcp.server import MCPServer, Server
 from pydantic import BaseModel
 
 from gateway.calls import Middleware, ToolCall, compose
-from gateway.calls.breaker import CircuitBreakers
+from gateway.calls.breaker import BreakerState, CircuitBreakers
 from gateway.calls.metrics import CallMetrics
 from gateway.calls.plugin_hooks import PluginHooks
 from gateway.calls.retry import Retries
@@ -35,12 +35,14 @@ from gateway.catalog import Catalog, Entry, ServerListing, build_catalog
 from gateway.config.loader import ConfigError, GatewayConfig, ServerConfig, validate_plugin_settings
 from gateway.config.settings import Settings
 from gateway.errors import ExecutionError, GatewayError, ToolNotFound
-from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.health import server_health
+from gateway.observability.metrics import GatewayMetrics, UpstreamFigures
 from gateway.plugins import PluginManager
 from gateway.relay import Relay
 from gateway.upstreams.caller_sessions import CallerSessions
 from gateway.upstreams.recursion import Chain, ChainError, gateway_chain, is_refusal
 from gateway.upstreams.recursion import starts_gateway as entry_starts_gateway
+from gateway.upstreams.spec import ServerState
 from gateway.upstreams.tasks import TaskStatusExtension
 from gateway.upstreams.upstream import CONNECTED_STATES, LISTED_STATES, Upstream, UpstreamSpec, unavailable_error
 
@@ -274,7 +276,7 @@ class Registry:
         resilience = settings.resilience
         self.metrics = GatewayMetrics()
         """This gateway's Prometheus metrics (`GET /metrics` on HTTP): its own registry, not the global one."""
-        self.metrics.watch_registry(self)
+        self.metrics.watch_upstreams(self._upstream_figures, get_args(ServerState), get_args(BreakerState))
         self.breakers = CircuitBreakers(resilience.breaker_failures, resilience.breaker_reset_seconds)
         self.call_chain: list[Middleware] = [
             CallMetrics(self.metrics),
@@ -475,6 +477,15 @@ class Registry:
         if caller_token and upstream.spec.forward_caller_token:
             return await self.caller_sessions.request(upstream, caller_token, operation, send, timeout=timeout)
         return await upstream.request(operation, send, timeout=timeout)
+
+    def server_health(self, upstream: Upstream, *, stderr: bool = False) -> dict[str, Any]:
+        """What `/readyz` and `mcp-gateway servers` say of one server (`gateway.observability.health`)."""
+        breaker = self.breakers.state(upstream.id)
+        return server_health(upstream, breaker=breaker, tools=self.catalog.server_items(upstream.id), stderr=stderr)
+
+    def _upstream_figures(self) -> list[UpstreamFigures]:
+        """Each server's state and breaker, for a metrics scrape."""
+        return [UpstreamFigures(u.id, u.state, self.breakers.state(u.id)) for u in list(self.upstreams.values())]
 
     def record_calls(self, recorder: Middleware) -> None:
         """Put the records' middleware outermost in the call chain, so it sees final results (`gateway.records`)."""

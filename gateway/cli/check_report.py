@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.observability.health import server_health
 from gateway.registry import Registry
 from gateway.security.vetting import ToolReport
 from gateway.upstreams.upstream import Upstream
@@ -27,7 +26,7 @@ def print_table(rows: Sequence[Sequence[str]], headers: Sequence[str]) -> None:
 def server_row(u: Upstream, registry: Registry) -> dict[str, Any]:
     """What `/readyz` says of the server, plus what a person checking a config wants to see."""
     return {
-        **server_health(u, registry, stderr=True),
+        **registry.server_health(u, stderr=True),
         "origin": u.spec.origin,
         "transport": u.spec.transport,
         "status": "ok" if u.state == "ready" else u.state,

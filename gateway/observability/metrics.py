@@ -7,8 +7,10 @@ several gateways in one process, and the tests, count apart. Two kinds of figure
   code; call latency by server; calls in flight; searches and their latency (the call
   chain's `gateway.calls.metrics` middleware and `GatewayServer.search` record them);
 - states, read when Prometheus scrapes: each upstream's state and circuit breaker, the
-  router's embedding work, and records the records store had to drop (a callable,
-  plugged in with `watch_records_dropped`).
+  router's embedding work, and records the records store had to drop. Each is a callable
+  its owner plugs in (`watch_upstreams`, `watch_router`, `watch_records_dropped`), so the
+  metrics import none of the parts they describe: the registry, the router and the call
+  chain all record into them.
 
 Label values are server ids, exposed tool names, error codes and fixed words: never
 arguments, queries or results.
@@ -17,21 +19,15 @@ arguments, queries or results.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Literal, get_args
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gateway.calls.breaker import BreakerState
-from gateway.upstreams.upstream import ServerState
-
-if TYPE_CHECKING:
-    from gateway.registry import Registry
-    from gateway.router.service import RouterService
-
-__all__ = ["CONTENT_TYPE", "CallStatus", "GatewayMetrics", "SearchStatus"]
+__all__ = ["CONTENT_TYPE", "CallStatus", "GatewayMetrics", "RouterFigures", "SearchStatus", "UpstreamFigures"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,8 +42,25 @@ CALL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 3
 SEARCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 """Seconds: a warm search takes milliseconds, one waiting for the first index up to its timeout."""
 
-SERVER_STATES: tuple[str, ...] = get_args(ServerState)
-BREAKER_STATES: tuple[str, ...] = get_args(BreakerState)
+
+@dataclass(frozen=True)
+class UpstreamFigures:
+    """One upstream server as a scrape sees it: its state and its circuit breaker's."""
+
+    server: str
+    state: str
+    breaker: str
+
+
+@dataclass(frozen=True)
+class RouterFigures:
+    """The router's embedding work as a scrape sees it."""
+
+    semantic: bool
+    """Searches use the embedding model (not BM25 alone)."""
+    embedded: int
+    cached: int
+    pending: int
 
 
 class GatewayMetrics:
@@ -87,13 +100,18 @@ class GatewayMetrics:
 
     # ---- what is read at scrape time ------------------------------------------------
 
-    def watch_registry(self, registry: Registry) -> None:
-        """Report this registry's upstream states and circuit breakers."""
-        self._state.registry = registry
+    def watch_upstreams(
+        self, read: Callable[[], Iterable[UpstreamFigures]], states: Sequence[str], breaker_states: Sequence[str]
+    ) -> None:
+        """Report each upstream's state and circuit breaker, as `read()` gives them at each scrape;
+        `states` and `breaker_states` are every value each can take (one gauge per value)."""
+        self._state.upstreams = read
+        self._state.server_states = tuple(states)
+        self._state.breaker_states = tuple(breaker_states)
 
-    def watch_router(self, router: RouterService) -> None:
+    def watch_router(self, read: Callable[[], RouterFigures]) -> None:
         """Report the router's embedding work (documents embedded vs found in the cache)."""
-        self._state.router = router
+        self._state.router = read
 
     def watch_records_dropped(self, dropped: Callable[[], int]) -> None:
         """Report `dropped()` as `mcp_gateway_records_dropped_total`: records the store lost
@@ -132,22 +150,24 @@ class _StateCollector(Collector):
     """Reads states when scraped, so a gauge is never stale and nothing polls in between."""
 
     def __init__(self) -> None:
-        self.registry: Registry | None = None
-        self.router: RouterService | None = None
+        self.upstreams: Callable[[], Iterable[UpstreamFigures]] | None = None
+        self.server_states: tuple[str, ...] = ()
+        self.breaker_states: tuple[str, ...] = ()
+        self.router: Callable[[], RouterFigures] | None = None
         self.records_dropped: Callable[[], int] | None = None
 
     def describe(self) -> Iterable[Metric]:
         return []  # families depend on what is watched; describing none keeps registration lazy
 
     def collect(self) -> Iterator[Metric]:
-        if self.registry is not None:
-            yield from self._upstreams(self.registry)
+        if self.upstreams is not None:
+            yield from self._upstreams(self.upstreams)
         if self.router is not None:
-            yield from self._router(self.router)
+            yield from self._router(self.router())
         if self.records_dropped is not None:
             yield from self._records_dropped(self.records_dropped)
 
-    def _upstreams(self, registry: Registry) -> Iterator[Metric]:
+    def _upstreams(self, read: Callable[[], Iterable[UpstreamFigures]]) -> Iterator[Metric]:
         states = GaugeMetricFamily(
             "mcp_gateway_upstream_state",
             "1 for the state each upstream server is in, 0 for the others.",
@@ -158,38 +178,36 @@ class _StateCollector(Collector):
             "1 for the state of each server's circuit breaker, 0 for the others.",
             labels=["server", "state"],
         )
-        for upstream in list(registry.upstreams.values()):
-            for state in SERVER_STATES:
-                states.add_metric([upstream.id, state], 1.0 if upstream.state == state else 0.0)
-            breaker = registry.breakers.state(upstream.id)
-            for state in BREAKER_STATES:
-                breakers.add_metric([upstream.id, state], 1.0 if breaker == state else 0.0)
+        for upstream in read():
+            for state in self.server_states:
+                states.add_metric([upstream.server, state], 1.0 if upstream.state == state else 0.0)
+            for state in self.breaker_states:
+                breakers.add_metric([upstream.server, state], 1.0 if upstream.breaker == state else 0.0)
         yield states
         yield breakers
 
-    def _router(self, service: RouterService) -> Iterator[Metric]:
-        router = service.router
+    def _router(self, figures: RouterFigures) -> Iterator[Metric]:
         dense = GaugeMetricFamily(
             "mcp_gateway_router_semantic", "1 once searches use the embedding model, 0 while BM25 alone serves."
         )
-        dense.add_metric([], 1.0 if router is not None and router.dense else 0.0)
+        dense.add_metric([], 1.0 if figures.semantic else 0.0)
         yield dense
         embedded = CounterMetricFamily(
             "mcp_gateway_router_documents_embedded", "Tool documents this process embedded with the model."
         )
-        embedded.add_metric([], float(router.embedded_documents if router is not None else 0))
+        embedded.add_metric([], float(figures.embedded))
         yield embedded
         cached = CounterMetricFamily(
             "mcp_gateway_router_documents_cached",
             "Tool documents whose embedding came from the embedding cache (SQLite file or PostgreSQL).",
         )
-        cached.add_metric([], float(router.cached_documents if router is not None else 0))
+        cached.add_metric([], float(figures.cached))
         yield cached
         pending = GaugeMetricFamily(
             "mcp_gateway_router_documents_pending",
             "Tools whose full text is not embedded yet (the router ranks them by their short text meanwhile).",
         )
-        pending.add_metric([], float(router.pending_documents if router is not None else 0))
+        pending.add_metric([], float(figures.pending))
         yield pending
 
     def _records_dropped(self, dropped: Callable[[], int]) -> Iterator[Metric]:

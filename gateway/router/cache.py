@@ -18,17 +18,15 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-import numpy as np
-
 from gateway.router.base import EmbeddingCache, Vector
+from gateway.router.cache_rows import vector_of, vector_rows
 
-__all__ = ["SqliteEmbeddingCache", "cache_key", "is_postgres_url", "open_embedding_cache", "vector_of", "vector_rows"]
+__all__ = ["SqliteEmbeddingCache", "cache_key", "is_postgres_url", "open_embedding_cache"]
 
 logger = logging.getLogger(__name__)
 
 _CHUNK = 500
 """Keys per `IN (...)` query: well under SQLite's smallest variable limit (999)."""
-_DTYPE = np.dtype("<f4")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS embeddings (
@@ -56,23 +54,6 @@ def open_embedding_cache(database_url: str | None, data_dir: Path) -> EmbeddingC
         "GATEWAY_DATABASE_URL must be a postgresql:// URL (or unset, for SQLite files in the data dir); "
         f"got one starting with {database_url.split(':', 1)[0]!r}"
     )
-
-
-def vector_rows(items: Mapping[str, Vector]) -> list[tuple[str, int, bytes]]:
-    """`(key, dim, little-endian float32 bytes)` rows to store, for every cache backend."""
-    rows = []
-    for key, vector in items.items():
-        array = np.ascontiguousarray(vector, dtype=_DTYPE).reshape(-1)
-        rows.append((key, int(array.shape[0]), array.tobytes()))
-    return rows
-
-
-def vector_of(dim: object, blob: object) -> Vector | None:
-    """A stored row's vector; None for a row that is not what `vector_rows` writes (skipped as a miss)."""
-    data = bytes(blob) if isinstance(blob, bytes | bytearray | memoryview) else None
-    if data is None or not isinstance(dim, int) or len(data) != dim * _DTYPE.itemsize:
-        return None
-    return np.frombuffer(data, dtype=_DTYPE).astype(np.float32)
 
 
 def cache_key(model_id: str, document: str) -> str:

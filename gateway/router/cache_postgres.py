@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 
 from gateway.router.base import Vector
-from gateway.router.cache import vector_of, vector_rows
+from gateway.router.cache_rows import vector_of, vector_rows
 from gateway.urls import redact_url
 
 __all__ = ["PostgresEmbeddingCache", "TABLE"]

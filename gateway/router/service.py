@@ -17,13 +17,14 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 import anyio.to_thread
 
 from gateway.errors import GatewayError
+from gateway.observability.metrics import RouterFigures
 from gateway.router.base import Embedder, SearchHit, ToolRecord
 from gateway.router.learning import LearningConfig
 from gateway.router.progress import TerminalProgress
@@ -31,16 +32,18 @@ from gateway.router.signals import SignalSource, UsageSignal
 
 if TYPE_CHECKING:
     import mcp_types as types
+    from pluggy import PluginManager
 
+    from gateway.catalog import Catalog
     from gateway.config.settings import LearningSettings, Settings
-    from gateway.plugins import PluginManager
-    from gateway.registry import Registry
     from gateway.router.index import Router
+    from gateway.upstreams.upstream import Upstream
 
 __all__ = [
     "RouterService",
     "RouterUnavailable",
     "SignalCursor",
+    "ToolSource",
     "build_router",
     "enrichment",
     "learning_config",
@@ -50,6 +53,26 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+
+class ToolSource(Protocol):
+    """What the router reads of a running gateway's registry (`gateway.registry.Registry` is one):
+    the catalog and its servers, the plugins that enrich tools, and word of catalog changes.
+    An interface rather than an import, so that the router does not depend on the registry."""
+
+    @property
+    def catalog(self) -> Catalog: ...
+
+    @property
+    def upstreams(self) -> Mapping[str, Upstream]: ...
+
+    @property
+    def plugins(self) -> PluginManager | None: ...
+
+    @property
+    def change_listeners(self) -> list[Callable[[set[str]], Awaitable[None]]]: ...
+
+    async def wait_settled(self, timeout: float | None = None) -> None: ...
 
 
 class RouterUnavailable(GatewayError):
@@ -117,7 +140,7 @@ def build_router(settings: Settings, pm: PluginManager | None) -> Router:
     return Router(embedder, cache=cache, learning=learning_config(settings))
 
 
-def records_from_registry(registry: Registry) -> list[ToolRecord]:
+def records_from_registry(registry: ToolSource) -> list[ToolRecord]:
     """The catalog's tools as the router indexes them, with what describes their servers."""
     records = []
     for name, entry in registry.catalog.tools.items():
@@ -201,7 +224,7 @@ class RouterService:
 
     def __init__(
         self,
-        registry: Registry,
+        registry: ToolSource,
         settings: Settings,
         make_router: Callable[[], Router],
         signals: SignalSource | None = None,
@@ -229,6 +252,18 @@ class RouterService:
         self.learnt = 0
         """Signals learnt so far by the current router."""
         registry.change_listeners.append(self._on_change)
+
+    def figures(self) -> RouterFigures:
+        """The router's embedding work, for a metrics scrape (`GatewayMetrics.watch_router`)."""
+        router = self.router
+        if router is None:
+            return RouterFigures(semantic=False, embedded=0, cached=0, pending=0)
+        return RouterFigures(
+            semantic=router.dense,
+            embedded=router.embedded_documents,
+            cached=router.cached_documents,
+            pending=router.pending_documents,
+        )
 
     async def _on_change(self, kinds: set[str]) -> None:
         if "tools" in kinds:

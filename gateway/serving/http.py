@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.config.settings import Settings
 from gateway.errors import GatewayError
-from gateway.observability.health import is_ready, server_health
+from gateway.observability.health import is_ready
 from gateway.observability.metrics import CONTENT_TYPE
 from gateway.records.feedback import feedback_endpoint
 from gateway.security.auth import Authenticator
@@ -163,11 +163,11 @@ def build_http_app(gateway: GatewayServer, settings: Settings) -> SecurityMiddle
         return JSONResponse({"status": "ok"})
 
     async def readyz(request: Request) -> Response:
-        ready = is_ready(gateway.registry)
+        ready = is_ready(gateway.registry.upstreams.values())
         status = 200 if ready else 503
         if gateway.auth.enabled and principal_in(request) is None:  # server names are for callers only
             return JSONResponse({"ready": ready}, status_code=status)
-        servers = [server_health(u, gateway.registry) for u in gateway.registry.upstreams.values()]
+        servers = [gateway.registry.server_health(u) for u in gateway.registry.upstreams.values()]
         return JSONResponse({"ready": ready, "servers": servers}, status_code=status)
 
     async def metrics(request: Request) -> Response:

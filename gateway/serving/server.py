@@ -165,7 +165,7 @@ class GatewayServer:
         self.server.tasks_capability = self.tasks.capability
         registry.task_status_listeners.append(self.tasks.on_status)
         if router is not None:
-            registry.metrics.watch_router(router)
+            registry.metrics.watch_router(router.figures)
         self.server.middleware.append(self._track_connection)
         self.server.instructions = self._instructions()
         registry.change_listeners.append(self._on_catalog_change)
