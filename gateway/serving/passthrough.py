@@ -10,6 +10,7 @@ client asked for (`relayed_error`).
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable
 from typing import Any, cast
 
 import mcp_types as types
@@ -18,9 +19,11 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from gateway.catalog import expose_uri
+from gateway.errors import GatewayError
 from gateway.relay import connection_of
 
 __all__ = [
+    "as_protocol_error",
     "expose_block",
     "expose_result_uris",
     "forwarded_meta",
@@ -106,3 +109,14 @@ def relayed_error(exc: MCPError, renamed: tuple[str, str] | None = None) -> MCPE
     if (message, data) == (exc.message, exc.data):
         return exc
     return MCPError(exc.code, message, data)
+
+
+async def as_protocol_error(awaitable: Awaitable[Any], renamed: tuple[str, str] | None = None) -> Any:
+    """Outside tools/call there is no error result: gateway errors become JSON-RPC errors, and the
+    upstream's own pass as `relayed_error`s (`renamed`: its URI and the one the client sent)."""
+    try:
+        return await awaitable
+    except MCPError as exc:
+        raise relayed_error(exc, renamed) from None
+    except GatewayError as exc:
+        raise MCPError(types.INTERNAL_ERROR, exc.message, {"code": exc.code, "server": exc.server}) from None

@@ -1,0 +1,278 @@
+"""Tools as clients see them: `tools/list` by exposure mode, `tools/call` through the registry's
+call chain, and the gateway's own tools (`search_tools`, `call_tool`, `submit_feedback`).
+
+What a caller may see and call is checked here (`gateway.security.scopes`, `gateway.security.limits`);
+task-augmented calls go to `gateway.serving.tasks`, which runs the same checks first.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import mcp_types as types
+from mcp.server import ServerRequestContext
+from mcp.server.subscriptions import ToolsListChanged
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from gateway.config.security import SecurityConfig
+from gateway.config.settings import Settings
+from gateway.errors import GatewayError, InvalidArguments, error_result
+from gateway.observability.metrics import SearchStatus
+from gateway.records.callers import CallerIds
+from gateway.records.feedback import FEEDBACK_TOOL, feedback_tool_result
+from gateway.records.model import EXECUTION_ID_NOTE, FEEDBACK_TOKEN_META_KEY
+from gateway.records.recorder import CLIENT_NOTE, SESSION_NOTE
+from gateway.registry import Registry
+from gateway.relay import Interactions, connection_of
+from gateway.router.base import SearchHit
+from gateway.router.service import RouterService
+from gateway.security.http_guard import forwardable_token, principal_in
+from gateway.security.limits import cap_result, check_arguments, check_session_calls
+from gateway.security.scopes import tool_not_found, tool_visible, visible, visible_names
+from gateway.serving.exposure import (
+    CALL_TOOL,
+    GATEWAY_TOOL_NAMES,
+    SEARCH_TOOL,
+    ArgumentError,
+    SessionTools,
+    mode_for,
+    parse_call_arguments,
+    parse_search_arguments,
+    tool_payload,
+)
+from gateway.serving.notifications import Notifications
+from gateway.serving.pagination import page
+from gateway.serving.passthrough import expose_result_uris, forwarded_meta, relayed_error
+from gateway.serving.startup import StartupWait
+from gateway.serving.tasks import TaskProxy
+
+if TYPE_CHECKING:
+    from gateway.records.service import Records
+    from gateway.security.auth import Principal
+
+__all__ = ["ToolHandlers"]
+
+logger = logging.getLogger("gateway.serving.server")
+
+
+class ToolHandlers:
+    """`tools/list`, `tools/call` and tool search for one `GatewayServer`."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        settings: Settings,
+        router: RouterService | None,
+        *,
+        records: Records | None,
+        security: SecurityConfig,
+        interactions: Interactions,
+        notifications: Notifications,
+        startup: StartupWait,
+        stateless: Callable[[], bool],
+    ) -> None:
+        self.registry = registry
+        self.settings = settings
+        self.router = router
+        self.records = records
+        self.security = security
+        self.interactions = interactions
+        self.notifications = notifications
+        self.startup = startup
+        self.stateless = stateless
+        """Whether every request is its own connection (stateless HTTP): then nothing is kept per session."""
+        self.callers = CallerIds()
+        self.tasks = TaskProxy(registry, self.prepare_call, stateless)
+        """Task-augmented calls (`gateway.serving.tasks`), checked as other calls are (`prepare_call`)."""
+        self._session_calls: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self._session_tools: weakref.WeakKeyDictionary[Any, SessionTools] = weakref.WeakKeyDictionary()
+
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        await self.startup.all_servers()
+        tools, cursor = page(self.visible_tools(ctx), params, self.settings.page_size)
+        return types.ListToolsResult(tools=tools, next_cursor=cursor)
+
+    def visible_tools(self, ctx: ServerRequestContext[Any, Any]) -> list[types.Tool]:
+        """What `tools/list` shows this client, by exposure mode (see `gateway.serving.exposure`)."""
+        principal = principal_in(ctx.request)
+        catalog = {n: e for n, e in self.registry.catalog.tools.items() if visible(principal, e)}
+        usable = self.tasks.usable(ctx)
+        self.tasks.note_hidden(ctx, [n for n, e in catalog.items() if not usable(e.item)])
+        catalog = {n: e for n, e in catalog.items() if usable(e.item)}
+        mode = mode_for(ctx.request, self.settings.routing.mode)
+        own = [FEEDBACK_TOOL] if self.records is not None and FEEDBACK_TOOL.name not in catalog else []
+        if mode == "all":
+            return [e.item for e in catalog.values()] + own
+        names = list(dict.fromkeys(self.settings.routing.pinned))
+        if mode == "dynamic":
+            found = self._session_tools.get(connection_of(ctx))
+            names += [n for n in (found.names() if found else ()) if n not in names]
+        return [SEARCH_TOOL, CALL_TOOL, *own] + [catalog[n].item for n in names if n in catalog]
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        notes: dict[str, Any] = {}
+        if params.name in GATEWAY_TOOL_NAMES and params.name not in self.registry.catalog.tools:
+            try:
+                return await self.gateway_tool(ctx, params)
+            except GatewayError as exc:
+                return error_result(exc)
+        try:
+            if self.records is not None:
+                notes[SESSION_NOTE], notes[CLIENT_NOTE] = self.callers.of(ctx, stateless=self.stateless())
+            await self.prepare_call(ctx, params)
+            upstream, entry = self.registry.tool(params.name)
+            self.tasks.check_callable(ctx, params.name, entry.item)
+            token = forwardable_token(ctx.request)
+
+            async def send(progress: Any) -> Any:
+                result = await self.registry.call_tool(
+                    params.name,
+                    params.arguments,
+                    progress=progress,
+                    meta=forwarded_meta(ctx),
+                    caller_token=token,
+                    notes=notes,
+                )
+                capped = cap_result(expose_result_uris(result, upstream.spec.prefix), self.security.limits)
+                return _with_feedback_token(capped, notes)
+
+            return await self.interactions.run(ctx, params, upstream.id, send)
+        except MCPError as exc:  # a protocol error the upstream sent stays one
+            raise relayed_error(exc) from None
+        except GatewayError as exc:
+            if self.records is not None and EXECUTION_ID_NOTE not in notes:  # refused before the call chain
+                owner = self.registry.owner_of(params.name)
+                notes[EXECUTION_ID_NOTE] = self.records.record_refused(
+                    params.name,
+                    owner.id if owner is not None else None,
+                    params.arguments,
+                    exc,
+                    session_id=notes.get(SESSION_NOTE),
+                    client_id=notes.get(CLIENT_NOTE),
+                )
+            return _with_feedback_token(error_result(exc), notes)
+
+    async def prepare_call(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> None:
+        """Before a call goes upstream (as a task too): wait for its server at start-up, then check it."""
+        await self.startup.owner_of(params.name)
+        self.check_call(ctx, params)
+
+    def check_call(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> None:
+        """Scope, session call count and argument size, before the call goes upstream (`gateway.security.scopes`,
+        `gateway.security.limits`)."""
+        principal = principal_in(ctx.request)
+        tools = self.registry.catalog.tools
+        entry = tools.get(params.name)
+        owner = self.registry.owner_of(params.name)
+        if entry is not None:
+            hidden = not visible(principal, entry)
+        elif owner is not None:  # a server that is down, or a withheld tool: may this caller know of it?
+            hidden = not tool_visible(principal, owner.id, params.name)
+        else:
+            hidden = True  # unknown: the same error, with hints from what this caller may see
+        if hidden:
+            raise tool_not_found(params.name, visible_names(principal, tools))
+        connection = connection_of(ctx)
+        if connection is not None and not self.stateless():
+            made = self._session_calls[connection] = self._session_calls.get(connection, 0) + 1
+            check_session_calls(made, self.security.limits)
+        check_arguments(params.arguments, self.security.limits)
+
+    async def gateway_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """`search_tools` and `call_tool`, the gateway's own tools in search and dynamic modes."""
+        try:
+            if params.name == CALL_TOOL.name:
+                name, arguments = parse_call_arguments(params.arguments)
+                return await self.call_tool(ctx, params.model_copy(update={"name": name, "arguments": arguments}))
+            if params.name == FEEDBACK_TOOL.name:
+                return await feedback_tool_result(self.records, params.arguments, ctx.request)
+            query, limit = parse_search_arguments(params.arguments, self.settings.routing.k)
+        except ArgumentError as exc:
+            return error_result(InvalidArguments(str(exc)))
+        session_id, _ = self.callers.of(ctx, stateless=self.stateless())
+        principal, usable = principal_in(ctx.request), self.tasks.usable(ctx)
+        hits = await self.search(query, limit, principal, session_id=session_id, usable=usable)
+        if mode_for(ctx.request, self.settings.routing.mode) == "dynamic" and not self.stateless():
+            await self.grow_session(ctx, [h.name for h in hits])
+        payload = [tool_payload(hit) for hit in hits]
+        text = json.dumps(payload, ensure_ascii=False) if payload else f"No tool matches {query!r}."
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=text)], structured_content={"tools": payload}
+        )
+
+    async def search(
+        self,
+        query: str,
+        limit: int,
+        principal: Principal | None = None,
+        *,
+        session_id: str | None = None,
+        usable: Callable[[types.Tool], bool] | None = None,
+    ) -> list[SearchHit]:
+        """Rank the catalog for a query, and log it as one line (no query text: it may be private).
+
+        Only what `principal` may see, and what `usable` keeps (tools the client can run), is
+        ranked: the router is asked for as many more results as there are hidden tools, and
+        the hidden ones are dropped. With records on, the search is recorded, and calls of its
+        tools by the same session or caller are tied to it.
+        """
+        if self.router is None:
+            raise GatewayError("Tool search is not available on this gateway.")
+        started = time.perf_counter()
+        tools = self.registry.catalog.tools
+        shown = {n for n in visible_names(principal, tools) if usable is None or usable(tools[n].item)}
+        hidden = len(tools) - len(shown)
+        status: SearchStatus = "error"
+        try:
+            hits = await self.router.search(query, limit + hidden, self.settings.routing.threshold)
+            if hidden:
+                hits = [h for h in hits if h.name in shown][:limit]
+            status = "success"
+        except TimeoutError:
+            status = "timeout"
+            raise GatewayError(
+                f"Tool search took longer than {self.settings.routing.search_timeout:g} s; try again."
+            ) from None
+        finally:
+            self.registry.metrics.observe_search(status, time.perf_counter() - started)
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        logger.info("search query_chars=%d results=%d ms=%.1f", len(query), len(hits), elapsed_ms)
+        if self.records is not None:
+            client_id = principal.name if principal is not None else None
+            names = [hit.name for hit in hits]
+            self.records.record_search(query, names, elapsed_ms, session_id=session_id, client_id=client_id)
+        return hits
+
+    async def grow_session(self, ctx: ServerRequestContext[Any, Any], names: list[str]) -> None:
+        """dynamic mode: add found tools to this session's list and tell the client."""
+        connection = connection_of(ctx)
+        if connection is None:
+            return
+        found = self._session_tools.get(connection)
+        if found is None:
+            found = self._session_tools[connection] = SessionTools(self.settings.routing.dynamic_max_tools)
+        if found.add(names):
+            if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                await self.notifications.bus.publish(ToolsListChanged())
+            else:
+                await self.notifications.notify(connection, "notifications/tools/list_changed", None)
+
+
+def _with_feedback_token(result: Any, notes: dict[str, Any]) -> Any:
+    """A recorded call's result carries its execution id, the token to rate it with."""
+    execution_id = notes.get(EXECUTION_ID_NOTE)
+    if execution_id is None or not isinstance(result, types.CallToolResult):
+        return result
+    return result.model_copy(update={"meta": {**(result.meta or {}), FEEDBACK_TOKEN_META_KEY: execution_id}})
