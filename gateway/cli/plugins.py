@@ -1,0 +1,72 @@
+"""`mcp-gateway plugins` and `new-plugin`: the plugins found, and a new one to start from."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from gateway.cli.check_report import print_table
+from gateway.cli.common import EXIT_OK, Usage
+from gateway.config.settings import Settings
+from gateway.plugins import PluginInfo, get_plugin_manager, plugin_directory
+
+__all__ = ["add_parsers", "run_new_plugin", "run_plugins"]
+
+
+def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    plugins = commands.add_parser(
+        "plugins", help="list discovered plugins, with the traceback of any that failed to load"
+    )
+    plugins.add_argument("--json", action="store_true", help="print JSON for scripts")
+    plugins.set_defaults(run=run_plugins)
+
+    scaffold = commands.add_parser("new-plugin", help="write a minimal plugin and its test, to start from")
+    scaffold.add_argument("name", help="plugin name: lowercase letters, digits, '_' (also the tool prefix)")
+    scaffold.add_argument(
+        "--tests", type=Path, help="where its test goes (default: `tests` beside the plugin directory)"
+    )
+    scaffold.set_defaults(run=run_new_plugin)
+
+
+def run_plugins(args: argparse.Namespace, settings: Settings) -> int:
+    _, infos = get_plugin_manager(settings)
+    return _plugins(infos, args.json)
+
+
+def run_new_plugin(args: argparse.Namespace, settings: Settings) -> int:
+    return _new_plugin(settings, args.name, args.tests)
+
+
+def _plugins(infos: list[PluginInfo], as_json: bool) -> int:
+    if as_json:
+        print(json.dumps([i.__dict__ for i in infos], indent=2))
+        return EXIT_OK
+    if not infos:
+        print("No plugins found.")
+    print_table([[i.name, i.status, i.source] for i in infos], ["PLUGIN", "STATUS", "SOURCE"])
+    for info in infos:
+        if info.note:
+            print(f"  {info.name} ({info.source}): {info.note}")
+    for info in infos:
+        if info.error:
+            print(f"\n{info.name} failed to load:\n{info.error}")
+    return EXIT_OK
+
+
+def _new_plugin(settings: Settings, name: str, tests: Path | None) -> int:
+    """Write the plugin into the directory the gateway searches (beside the config), its test next to it."""
+    from gateway.cli.scaffold import ScaffoldError, new_plugin
+
+    plugins = plugin_directory(settings)
+    try:
+        written = new_plugin(name, plugins, tests or plugins.parent / "tests")
+    except ScaffoldError as exc:
+        raise Usage(str(exc)) from None
+    for path in written:
+        print(f"wrote {path}")
+    print(
+        f"next: `mcp-gateway --config {settings.config} tools --server {name}` lists its tool; "
+        f"`python -m pytest {written[1]}`, run in {plugins.parent}, runs its test"
+    )
+    return EXIT_OK

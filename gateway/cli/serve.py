@@ -1,0 +1,121 @@
+"""`mcp-gateway serve`: the gateway itself, over stdio or streamable HTTP, until stdin ends or a signal."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import signal
+import sys
+
+import anyio
+
+from gateway.cli.common import EXIT_OK, Usage, load
+from gateway.config.loader import GatewayConfig
+from gateway.config.security import AuthConfig
+from gateway.config.settings import Settings
+from gateway.plugins import PluginManager
+from gateway.records.service import Records, open_store
+from gateway.registry import Registry
+from gateway.router.service import RouterService, build_router
+from gateway.security.auth import Authenticator
+from gateway.security.vetting import ToolVetter
+from gateway.serving.http import bind_socket, serve_http
+from gateway.serving.server import GatewayServer, serve_stdio
+
+logger = logging.getLogger("gateway")
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+__all__ = ["add_parsers", "check_exposure", "run_serve"]
+
+
+def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = commands.add_parser("serve", help="serve the merged catalog over stdio or streamable HTTP")
+    serve.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    serve.add_argument("--host", help="HTTP bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="HTTP port (default 8765; 0 picks a free one)")
+    serve.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="serve HTTP on a non-loopback address with no authentication (anyone who can reach it may use it)",
+    )
+    serve.add_argument(
+        "--mode", choices=["all", "search", "dynamic"], help="tool exposure (default: $GATEWAY_ROUTING__MODE or all)"
+    )
+    serve.set_defaults(run=run_serve)
+
+
+def run_serve(args: argparse.Namespace, settings: Settings) -> int:
+    config, registry, pm, vetter = load(settings, serving=True)
+    if args.transport == "http":
+        check_exposure(settings.http.host, config.auth, insecure=args.insecure_no_auth)
+        Authenticator(config.auth)  # a broken JWKS file is a config error now, not at the first request
+    return anyio.run(_serve, registry, settings, args.transport, pm, config, vetter)
+
+
+def check_exposure(host: str, auth: AuthConfig, *, insecure: bool) -> None:
+    """Refuse to serve a non-loopback address without authentication, unless told to (and then shout)."""
+    if auth.enabled or host in _LOOPBACK:
+        return
+    if not insecure:
+        raise Usage(
+            f"refusing to serve HTTP on {host} without authentication: anyone who can reach it could use every "
+            "server behind the gateway. Configure auth.api_keys or auth.jwt (see docs/security.md), "
+            "or pass --insecure-no-auth if something in front of the gateway authenticates callers."
+        )
+    banner = (
+        f"WARNING: serving on {host} with NO AUTHENTICATION (--insecure-no-auth): "
+        "anyone who can reach it can use every tool"
+    )
+    print("!" * 20 + f"\n{banner}\n" + "!" * 20, file=sys.stderr, flush=True)
+    logger.warning(banner)
+
+
+async def _exit_on_signal(stop: anyio.Event) -> None:
+    """SIGINT or SIGTERM ends serving gracefully: upstreams are closed and stdio children reaped."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            logger.info("received %s; shutting down", signal.Signals(signum).name)
+            stop.set()
+            return
+
+
+async def _serve(
+    registry: Registry, settings: Settings, transport: str, pm: PluginManager, config: GatewayConfig, vetter: ToolVetter
+) -> int:
+    # Bind first: a busy port is reported before any server is started.
+    sock = bind_socket(settings.http.host, settings.http.port) if transport == "http" else None
+    stop = anyio.Event()
+
+    def announce(port: int) -> None:
+        url = f"http://{settings.http.host}:{port}{settings.http.path}"
+        print(f"mcp-gateway: serving on {url}", file=sys.stderr, flush=True)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_exit_on_signal, stop)
+        records = _records(settings, registry)
+        async with registry.running(), records.running() if records else contextlib.nullcontext():
+            signals = records.store if records is not None else None  # the router learns from the records
+            router = RouterService(registry, settings, lambda: build_router(settings, pm), signals)
+            registry.task_group.start_soon(router.run, name="router")
+            registry.task_group.start_soon(vetter.watch, registry.revet, name="approvals")
+            gateway = GatewayServer(
+                registry, settings, router, auth=config.auth, security=config.security, records=records
+            )
+            if sock is None:
+                await serve_stdio(gateway, stop=stop)
+            else:
+                await serve_http(gateway, settings, sock, stop=stop, ready=announce)
+        tg.cancel_scope.cancel()
+    return EXIT_OK
+
+
+def _records(settings: Settings, registry: Registry) -> Records | None:
+    """The records of a serving gateway (None when `GATEWAY_RECORDS__ENABLED=false`), in its call chain."""
+    if not settings.records.enabled:
+        return None
+    records = Records(settings.records, open_store(settings), registry.redact)
+    registry.record_calls(records.recorder)
+    registry.metrics.watch_records_dropped(lambda: records.writer.dropped)
+    return records
