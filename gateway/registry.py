@@ -25,14 +25,19 @@ from mcp.server import MCPServer, Server
 from pydantic import BaseModel
 
 from gateway.calls import Middleware, ToolCall, compose
+from gateway.calls.access import Access
 from gateway.calls.breaker import BreakerState, CircuitBreakers
+from gateway.calls.chain import Caller
+from gateway.calls.limits import CallLimits
 from gateway.calls.metrics import CallMetrics
 from gateway.calls.plugin_hooks import PluginHooks
 from gateway.calls.retry import Retries
+from gateway.calls.runnable import admitted, runnable, unresolved_call
 from gateway.calls.timeout import apply_timeout
 from gateway.calls.validation import ArgumentValidator
 from gateway.catalog import Catalog, Entry, ServerListing, build_catalog
 from gateway.config.loader import ConfigError, GatewayConfig, ServerConfig, validate_plugin_settings
+from gateway.config.security import LimitsConfig
 from gateway.config.settings import Settings
 from gateway.errors import ExecutionError, GatewayError, ToolNotFound
 from gateway.observability.health import server_health
@@ -278,7 +283,10 @@ class Registry:
         """This gateway's Prometheus metrics (`GET /metrics` on HTTP): its own registry, not the global one."""
         self.metrics.watch_upstreams(self._upstream_figures, get_args(ServerState), get_args(BreakerState))
         self.breakers = CircuitBreakers(resilience.breaker_failures, resilience.breaker_reset_seconds)
-        self.call_chain: list[Middleware] = [
+        self._recorder: Middleware | None = None
+        self.admission: list[Middleware] = [runnable]
+        """The layers that refuse calls which must not go on (`check_calls`, `admit`)."""
+        self._core: list[Middleware] = [
             CallMetrics(self.metrics),
             ArgumentValidator(),
             Retries(
@@ -291,9 +299,10 @@ class Registry:
             apply_timeout,
         ]
         if plugins is not None and _has_call_hooks(plugins):
-            self.call_chain.insert(1, PluginHooks(plugins))
+            self._core.insert(1, PluginHooks(plugins))
+        self.call_chain: list[Middleware] = []
         """What every proxied tool call runs through, outermost first (see `gateway.calls`)."""
-        self._run_call = compose(self.call_chain)
+        self._compose()
         self._offline_tools: dict[str, Entry[types.Tool]] = {}
         """Tools of servers that are down, so a call can wait for a reconnect instead of failing."""
         self.catalog = Catalog()
@@ -444,6 +453,11 @@ class Registry:
         upstream = self.upstreams.get(server_id)
         return upstream.redact(text) if upstream is not None else text
 
+    def server_of(self, name: str) -> Upstream | None:
+        """The server a tool name resolves to (up or down), else the one its prefix belongs to."""
+        entry = self.catalog.tools.get(name) or self._offline_tools.get(name)
+        return self.upstreams[entry.server_id] if entry is not None else self.owner_of(name)
+
     def owner_of(self, name: str) -> Upstream | None:
         """The server whose prefix a `prefix__name` belongs to, whether or not it is up."""
         prefix, separator, _ = name.partition("__")
@@ -487,10 +501,26 @@ class Registry:
         """Each server's state and breaker, for a metrics scrape."""
         return [UpstreamFigures(u.id, u.state, self.breakers.state(u.id)) for u in list(self.upstreams.values())]
 
-    def record_calls(self, recorder: Middleware) -> None:
-        """Put the records' middleware outermost in the call chain, so it sees final results (`gateway.records`)."""
-        self.call_chain.insert(0, recorder)
+    def _compose(self) -> None:
+        self.call_chain = [*([self._recorder] if self._recorder is not None else []), *self.admission, *self._core]
         self._run_call = compose(self.call_chain)
+
+    def record_calls(self, recorder: Middleware) -> None:
+        """Put the records' middleware outermost in the call chain: it sees final results and refusals."""
+        self._recorder = recorder
+        self._compose()
+
+    def check_calls(self, limits: LimitsConfig) -> None:
+        """Admit only what each caller may call, within `limits`: the scope (`Access`) and limits
+        (`CallLimits`) layers go before `runnable`. The serving gateway sets them; a call the gateway
+        makes itself (no `caller`) passes them."""
+        self.admission = [Access(lambda: self.catalog.tools, self.owner_of), CallLimits(limits), runnable]
+        self._compose()
+
+    async def admit(self, name: str, arguments: dict[str, Any] | None, caller: Caller | None) -> None:
+        """Run only the admission layers for a call (a task-augmented one, which skips the rest of
+        the chain): raises the refusal, if any."""
+        await compose(self.admission, innermost=admitted)(self._tool_call(name, arguments, caller=caller))
 
     async def call_tool(
         self,
@@ -501,14 +531,39 @@ class Registry:
         meta: Any = None,
         caller_token: str | None = None,
         notes: dict[str, Any] | None = None,
+        caller: Caller | None = None,
     ) -> types.CallToolResult:
         """Call an exposed tool through the call chain; gateway errors are raised (`GatewayError`).
 
         `progress` (an SDK progress callback) and `meta` (request `_meta`) are passed upstream;
         `caller_token` is forwarded only to servers configured to take it;
-        `notes` becomes the `ToolCall.notes` (who calls, in; the execution id, out).
+        `notes` becomes the `ToolCall.notes` (who calls, in; the execution id, out);
+        `caller` is who calls, for the admission layers (None: the gateway itself).
         """
-        upstream, entry = self.tool(name)
+        call = self._tool_call(
+            name, arguments, caller=caller, progress=progress, meta=meta, caller_token=caller_token, notes=notes
+        )
+        return await self._run_call(call)
+
+    def _tool_call(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None,
+        *,
+        caller: Caller | None,
+        progress: Any = None,
+        meta: Any = None,
+        caller_token: str | None = None,
+        notes: dict[str, Any] | None = None,
+    ) -> ToolCall:
+        """The `ToolCall` for a name; one that does not resolve carries why (`ToolCall.unresolved`),
+        and the admission layers refuse it."""
+        try:
+            upstream, entry = self.tool(name)
+        except GatewayError as error:
+            owner = self.owner_of(name)
+            server = owner.id if owner is not None else ""
+            return unresolved_call(name, server, arguments, error, notes=notes, caller=caller)
 
         async def send(args: dict[str, Any] | None) -> types.CallToolResult:
             result = await self.request_as(
@@ -522,7 +577,7 @@ class Registry:
                 raise ExecutionError(f"Server {upstream.id!r} answered {name!r} with something that is not a result.")
             return result
 
-        call = ToolCall(
+        return ToolCall(
             server=upstream.id,
             name=name,
             original=entry.original,
@@ -532,8 +587,8 @@ class Registry:
             timeout=upstream.timeout_for(entry.original),
             idempotent=upstream.idempotent(entry.item, entry.original),
             notes=notes if notes is not None else {},
+            caller=caller,
         )
-        return await self._run_call(call)
 
 
 def _has_call_hooks(pm: PluginManager) -> bool:

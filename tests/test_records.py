@@ -169,12 +169,14 @@ async def test_retried_attempts_are_each_recorded_as_a_failure() -> None:
         return None
 
     retries = Retries(3, 10, eta=lambda server: 0.0, wait_ready=no_wait, initial_wait=0, max_wait=0)
-    chain = compose([CallRecorder(submitted.append, SearchTrail()), retries])
+    refused: list[BaseException] = []
+    recorder = CallRecorder(submitted.append, SearchTrail(), lambda call, error, execution_id: refused.append(error))
+    chain = compose([recorder, retries])
     tool = types.Tool(name="t", input_schema={"type": "object"})
     call = ToolCall("s", "s__t", "t", tool, {}, send, timeout=5, idempotent=False)
     await chain(call)
     [pending] = submitted
-    assert pending.attempts == 3 and pending.result is not None and pending.error is None
+    assert pending.attempts == 3 and pending.result is not None and pending.error is None and not refused
     assert [(attempt, str(error)) for attempt, error in pending.attempt_errors] == [(1, "refused 1"), (2, "refused 2")]
     from gateway.records.rows import StoredLimits, execution_rows
 

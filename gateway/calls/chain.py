@@ -10,7 +10,27 @@ from typing import Any
 
 import mcp_types as types
 
-__all__ = ["CallHandler", "Middleware", "ToolCall", "compose", "matches_any"]
+__all__ = ["REFUSED_NOTE", "CallHandler", "Caller", "Middleware", "ToolCall", "compose", "matches_any", "refuse"]
+
+REFUSED_NOTE = "refused"
+"""`ToolCall.notes` key an admission layer sets when it refuses a call: it never reached a server."""
+
+
+def _any_tool(tool: types.Tool) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who makes a call, as the downstream server knows them. A call the gateway makes itself
+    (`mcp-gateway call`) has none, and the admission layers let it through."""
+
+    principal: Any = None
+    """The authenticated `gateway.security.auth.Principal`, or None (stdio, in memory, no `auth:`)."""
+    connection: Any = None
+    """The client's session, whose calls `max_calls_per_session` counts; None: not counted (stateless HTTP)."""
+    can_run: Callable[[types.Tool], bool] = _any_tool
+    """Whether this client can run a tool (one that requires MCP tasks, only a client that declared them)."""
 
 
 @dataclass
@@ -38,6 +58,12 @@ class ToolCall:
     """How many times `send` has been started so far."""
     notes: dict[str, Any] = field(default_factory=dict)
     """Free space for middleware to leave facts for the ones outside it."""
+    caller: Caller | None = None
+    """Who calls (None: the gateway itself); the admission layers check what they may call."""
+    unresolved: Exception | None = None
+    """Why the name did not resolve to a tool (its server is down and was never listed, the tool is
+    withheld, the name is unknown); the admission layers refuse such a call with it. `server` is
+    then the owner's id (or ""), and `tool` a definition with the name alone."""
 
 
 CallHandler = Callable[[ToolCall], Awaitable[types.CallToolResult]]
@@ -60,6 +86,13 @@ def compose(middleware: Sequence[Middleware], innermost: CallHandler = send_call
 
 async def _step(layer: Middleware, call_next: CallHandler, call: ToolCall) -> types.CallToolResult:
     return await layer(call, call_next)
+
+
+def refuse(call: ToolCall, error: Exception) -> Exception:
+    """Mark `call` as refused before it reached a server (the records keep only a summary of such a
+    call), and return `error` for the layer to raise."""
+    call.notes[REFUSED_NOTE] = True
+    return error
 
 
 def matches_any(name: str, patterns: Sequence[str] | Mapping[str, Any]) -> bool:

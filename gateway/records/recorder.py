@@ -5,6 +5,10 @@ every attempt the retry layer made, and the whole latency. It only captures: the
 record goes to the writer's buffer, and redaction and summaries happen on the
 writer's thread. The execution id it makes is the result's feedback token; it leaves
 it in `call.notes` for the server, which puts it in the result's `_meta`.
+
+A call an admission layer refused (`REFUSED_NOTE`: hidden or unknown tool, limits, a server
+that is down, a tool the client cannot run) never reached a server: it is recorded as refused,
+with a summary of its arguments and nothing for the router to learn from (`refused`).
 """
 
 from __future__ import annotations
@@ -16,16 +20,19 @@ from typing import Any
 
 import mcp_types as types
 
-from gateway.calls.chain import CallHandler, ToolCall
+from gateway.calls.chain import REFUSED_NOTE, CallHandler, ToolCall
 from gateway.errors import GatewayError
 from gateway.records.model import EXECUTION_ID_NOTE, PendingExecution
 from gateway.records.trail import SearchTrail
 
-__all__ = ["CLIENT_NOTE", "SESSION_NOTE", "CallRecorder", "trail_keys"]
+__all__ = ["CLIENT_NOTE", "SESSION_NOTE", "CallRecorder", "RecordRefused", "trail_keys"]
 
 SESSION_NOTE = "session_id"
 CLIENT_NOTE = "client_id"
 """`ToolCall.notes` keys the server sets: who is calling (see `GatewayServer`)."""
+
+RecordRefused = Callable[[ToolCall, BaseException, str], None]
+"""Records a refused call under the given execution id (`Records.record_refused`)."""
 
 
 def trail_keys(session_id: str | None, client_id: str | None) -> list[str]:
@@ -41,9 +48,10 @@ def trail_keys(session_id: str | None, client_id: str | None) -> list[str]:
 class CallRecorder:
     """The recording middleware; `submit` is the writer's (never blocks, never raises)."""
 
-    def __init__(self, submit: Callable[[PendingExecution], None], trail: SearchTrail) -> None:
+    def __init__(self, submit: Callable[[PendingExecution], None], trail: SearchTrail, refused: RecordRefused) -> None:
         self.submit = submit
         self.trail = trail
+        self.refused = refused
 
     async def __call__(self, call: ToolCall, call_next: CallHandler) -> types.CallToolResult:
         notes = call.notes
@@ -74,13 +82,19 @@ class CallRecorder:
             search_id=self.trail.find(trail_keys(session_id, client_id), call.name),
             attempt_errors=attempt_errors,
         )
+        refused = False
         try:
             record.result = await call_next(call)
             return record.result
         except BaseException as error:  # recorded, then raised unchanged: errors and cancellations alike
-            record.error = error
+            refused = bool(notes.get(REFUSED_NOTE))
+            if refused:
+                self.refused(call, error, execution_id)
+            else:
+                record.error = error
             raise
         finally:
-            record.latency_ms = (time.perf_counter() - started) * 1000
-            record.attempts = call.attempts
-            self.submit(record)
+            if not refused:
+                record.latency_ms = (time.perf_counter() - started) * 1000
+                record.attempts = call.attempts
+                self.submit(record)

@@ -13,11 +13,12 @@ from typing import Any
 import anyio
 import mcp_types as types
 
+from gateway.calls.chain import ToolCall
 from gateway.config.settings import RecordsSettings, Settings
 from gateway.errors import GatewayError
 from gateway.records.cut import refused_summary, size_estimate
 from gateway.records.model import FailureRow, PendingExecution, SearchRow
-from gateway.records.recorder import CallRecorder, trail_keys
+from gateway.records.recorder import CLIENT_NOTE, SESSION_NOTE, CallRecorder, trail_keys
 from gateway.records.redaction import Masker, Redactor, no_mask
 from gateway.records.rows import ExecutionValues, StoredLimits, execution_rows
 from gateway.records.sqlite import SqliteStore
@@ -81,7 +82,7 @@ class Records:
             retention_days=settings.retention_days,
         )
         self.trail = SearchTrail()
-        self.recorder = CallRecorder(self.submit_execution, self.trail)
+        self.recorder = CallRecorder(self.submit_execution, self.trail, self.record_refused)
         """The call-chain middleware (`Registry.record_calls`)."""
 
     @asynccontextmanager
@@ -118,35 +119,26 @@ class Records:
         self.writer.submit(row, weight)
         return search_id
 
-    def record_refused(
-        self,
-        tool: str,
-        server: str | None,
-        arguments: dict[str, Any] | None,
-        error: BaseException,
-        *,
-        session_id: str | None,
-        client_id: str | None,
-    ) -> str:
-        """Queue the record of a call refused before it reached a server (unknown or hidden tool,
-        limits); returns its id. It never reached the server, so it teaches the router nothing, and
-        only a summary of its arguments is kept: their names and size, none of their values."""
+    def record_refused(self, call: ToolCall, error: BaseException, execution_id: str) -> None:
+        """Queue the record of a call an admission layer refused before it reached a server (unknown
+        or hidden tool, limits, a server that is down; `CallRecorder` calls it). It never reached the
+        server, so it teaches the router nothing, and only a summary of its arguments is kept: their
+        names and size, none of their values."""
         record = PendingExecution(
-            id=uuid.uuid4().hex,
+            id=execution_id,
             at=time.time(),
-            server=server or "",
-            tool=tool,
-            session_id=session_id,
-            client_id=client_id,
+            server=call.server,
+            tool=call.name,
+            session_id=call.notes.get(SESSION_NOTE),
+            client_id=call.notes.get(CLIENT_NOTE),
             arguments=None,
             latency_ms=0.0,
             attempts=0,
             search_id=None,
             error=error,
-            stored_arguments=refused_summary(arguments, partial(self.mask, server or "")),
+            stored_arguments=refused_summary(call.arguments, partial(self.mask, call.server)),
         )
         self.submit_execution(record)
-        return record.id
 
     def submit_execution(self, record: PendingExecution) -> None:
         """Hand a call's record to the writer, weighed; one too heavy to hold as it is goes as its rows

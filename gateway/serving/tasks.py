@@ -45,7 +45,7 @@ from mcp.server import Server, ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult
 from mcp.shared.exceptions import MCPError
 
-from gateway.errors import GatewayError, TaskRequired, error_result
+from gateway.errors import GatewayError, error_result
 from gateway.relay import connection_of
 from gateway.security.http_guard import forwardable_token
 from gateway.serving.exposure import GATEWAY_TOOL_NAMES
@@ -207,15 +207,6 @@ class TaskProxy:
         if client_supports_tasks(ctx) and not self.stateless():
             return lambda tool: True
         return lambda tool: task_support(tool) != "required"
-
-    def check_callable(self, ctx: ServerRequestContext[Any, Any], name: str, tool: types.Tool) -> None:
-        """Refuse, with `task_required`, a tool this client cannot run (it requires tasks)."""
-        if not self.usable(ctx)(tool):
-            raise TaskRequired(
-                f"Tool {name!r} runs only as an MCP task (execution.taskSupport: required), and this client "
-                "did not declare task support (the `tasks` capability, protocol 2025-11-25) or this gateway "
-                "cannot keep tasks for it (stateless HTTP). Use a client that supports tasks, or another tool."
-            )
 
     def note_hidden(self, ctx: ServerRequestContext[Any, Any], names: list[str]) -> None:
         """Log, once per client session, which tools it does not see for want of task support."""

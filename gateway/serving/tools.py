@@ -1,8 +1,9 @@
 """Tools as clients see them: `tools/list` by exposure mode, `tools/call` through the registry's
 call chain, and the gateway's own tools (`search_tools`, `call_tool`, `submit_feedback`).
 
-What a caller may see and call is checked here (`gateway.security.scopes`, `gateway.security.limits`);
-task-augmented calls go to `gateway.serving.tasks`, which runs the same checks first.
+What a caller may call is checked by the call chain's admission layers (`gateway.calls.access`,
+`gateway.calls.limits`, `gateway.calls.runnable`), which this installs in the registry's chain;
+task-augmented calls go to `gateway.serving.tasks`, which passes the same layers first.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from mcp.server.subscriptions import ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from gateway.calls.chain import Caller
 from gateway.config.security import SecurityConfig
 from gateway.config.settings import Settings
 from gateway.errors import GatewayError, InvalidArguments, error_result
@@ -33,8 +35,8 @@ from gateway.relay import Interactions, connection_of
 from gateway.router.base import SearchHit
 from gateway.router.service import RouterService
 from gateway.security.http_guard import forwardable_token, principal_in
-from gateway.security.limits import cap_result, check_arguments, check_session_calls
-from gateway.security.scopes import tool_not_found, tool_visible, visible, visible_names
+from gateway.security.limits import cap_result
+from gateway.security.scopes import visible, visible_names
 from gateway.serving.exposure import (
     CALL_TOOL,
     GATEWAY_TOOL_NAMES,
@@ -89,8 +91,8 @@ class ToolHandlers:
         """Whether every request is its own connection (stateless HTTP): then nothing is kept per session."""
         self.callers = CallerIds()
         self.tasks = TaskProxy(registry, self.prepare_call, stateless)
+        registry.check_calls(security.limits)
         """Task-augmented calls (`gateway.serving.tasks`), checked as other calls are (`prepare_call`)."""
-        self._session_calls: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self._session_tools: weakref.WeakKeyDictionary[Any, SessionTools] = weakref.WeakKeyDictionary()
 
     async def list_tools(
@@ -129,9 +131,8 @@ class ToolHandlers:
         try:
             if self.records is not None:
                 notes[SESSION_NOTE], notes[CLIENT_NOTE] = self.callers.of(ctx, stateless=self.stateless())
-            await self.prepare_call(ctx, params)
-            upstream, entry = self.registry.tool(params.name)
-            self.tasks.check_callable(ctx, params.name, entry.item)
+            await self.startup.owner_of(params.name)
+            upstream = self.registry.server_of(params.name)
             token = forwardable_token(ctx.request)
 
             async def send(progress: Any) -> Any:
@@ -142,51 +143,30 @@ class ToolHandlers:
                     meta=forwarded_meta(ctx),
                     caller_token=token,
                     notes=notes,
+                    caller=self.caller(ctx),
                 )
-                capped = cap_result(expose_result_uris(result, upstream.spec.prefix), self.security.limits)
+                prefix = upstream.spec.prefix if upstream is not None else ""
+                capped = cap_result(expose_result_uris(result, prefix), self.security.limits)
                 return _with_feedback_token(capped, notes)
 
-            return await self.interactions.run(ctx, params, upstream.id, send)
+            # A refused call (scope, limits, a server that is down...) is refused by the call chain's
+            # admission layers, and recorded there as every other call is.
+            return await self.interactions.run(ctx, params, upstream.id if upstream is not None else "", send)
         except MCPError as exc:  # a protocol error the upstream sent stays one
             raise relayed_error(exc) from None
         except GatewayError as exc:
-            if self.records is not None and EXECUTION_ID_NOTE not in notes:  # refused before the call chain
-                owner = self.registry.owner_of(params.name)
-                notes[EXECUTION_ID_NOTE] = self.records.record_refused(
-                    params.name,
-                    owner.id if owner is not None else None,
-                    params.arguments,
-                    exc,
-                    session_id=notes.get(SESSION_NOTE),
-                    client_id=notes.get(CLIENT_NOTE),
-                )
             return _with_feedback_token(error_result(exc), notes)
 
-    async def prepare_call(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> None:
-        """Before a call goes upstream (as a task too): wait for its server at start-up, then check it."""
-        await self.startup.owner_of(params.name)
-        self.check_call(ctx, params)
+    def caller(self, ctx: ServerRequestContext[Any, Any]) -> Caller:
+        """Who makes this request, for the call chain's admission layers (scope, limits, tasks)."""
+        connection = None if self.stateless() else connection_of(ctx)
+        return Caller(principal=principal_in(ctx.request), connection=connection, can_run=self.tasks.usable(ctx))
 
-    def check_call(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> None:
-        """Scope, session call count and argument size, before the call goes upstream (`gateway.security.scopes`,
-        `gateway.security.limits`)."""
-        principal = principal_in(ctx.request)
-        tools = self.registry.catalog.tools
-        entry = tools.get(params.name)
-        owner = self.registry.owner_of(params.name)
-        if entry is not None:
-            hidden = not visible(principal, entry)
-        elif owner is not None:  # a server that is down, or a withheld tool: may this caller know of it?
-            hidden = not tool_visible(principal, owner.id, params.name)
-        else:
-            hidden = True  # unknown: the same error, with hints from what this caller may see
-        if hidden:
-            raise tool_not_found(params.name, visible_names(principal, tools))
-        connection = connection_of(ctx)
-        if connection is not None and not self.stateless():
-            made = self._session_calls[connection] = self._session_calls.get(connection, 0) + 1
-            check_session_calls(made, self.security.limits)
-        check_arguments(params.arguments, self.security.limits)
+    async def prepare_call(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> None:
+        """Before a task-augmented call goes upstream: wait for its server at start-up, then pass the
+        call chain's admission layers (the rest of the chain does not run for a task)."""
+        await self.startup.owner_of(params.name)
+        await self.registry.admit(params.name, params.arguments, self.caller(ctx))
 
     async def gateway_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
