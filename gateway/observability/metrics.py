@@ -5,7 +5,7 @@ several gateways in one process, and the tests, count apart. Two kinds of figure
 
 - events, counted as they happen: tool calls by server, tool and status; errors by
   code; call latency by server; calls in flight; searches and their latency (the call
-  chain's `gateway.calls.metrics` middleware and `GatewayServer.search` record them);
+  chain's `gateway.calls.metrics` middleware and `ToolHandlers.search` record them);
 - states, read when Prometheus scrapes: each upstream's state and circuit breaker, the
   router's embedding work, and records the records store had to drop. Each is a callable
   its owner plugs in (`watch_upstreams`, `watch_router`, `watch_records_dropped`), so the

@@ -72,7 +72,7 @@ async def route_endpoint(gateway: GatewayServer, request: Request) -> Response:
         return _bad_request(f"`k` must be an integer from 1 to 50; got {k!r}.")
     principal = principal_in(request)
     try:
-        hits = await gateway.search(query.strip(), k, principal)
+        hits = await gateway.tools.search(query.strip(), k, principal)
     except GatewayError as exc:
         return JSONResponse({"error": exc.message}, status_code=503)
     catalog = gateway.registry.catalog.tools

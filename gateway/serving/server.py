@@ -29,7 +29,6 @@ from gateway.config.security import AuthConfig, SecurityConfig
 from gateway.config.settings import Settings
 from gateway.registry import ChangeKind, Registry
 from gateway.relay import Interactions, connection_of
-from gateway.router.base import SearchHit
 from gateway.router.service import RouterService
 from gateway.serving.completion import Completion
 from gateway.serving.notifications import Notifications
@@ -41,7 +40,6 @@ from gateway.upstreams.upstream import cancel_when, gateway_version
 
 if TYPE_CHECKING:
     from gateway.records.service import Records
-    from gateway.security.auth import Principal
 
 __all__ = ["GatewayServer", "serve_stdio"]
 
@@ -150,18 +148,6 @@ class GatewayServer:
         registry.change_listeners.append(self._on_catalog_change)
         registry.resource_listeners.append(self.notifications.resource_updated)
         registry.log_listeners.append(self.notifications.upstream_log)
-
-    async def search(
-        self,
-        query: str,
-        limit: int,
-        principal: Principal | None = None,
-        *,
-        session_id: str | None = None,
-        usable: Callable[[types.Tool], bool] | None = None,
-    ) -> list[SearchHit]:
-        """Rank the catalog for a query as `search_tools` does (`ToolHandlers.search`); `POST /route` uses it."""
-        return await self.tools.search(query, limit, principal, session_id=session_id, usable=usable)
 
     # ---- connections and notifications -----------------------------------------
 
