@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
+from gateway.serving.http import bind_socket
 from tests.conftest import NO_EMBEDDINGS, start_gateway_http, stop_process, write_config
 
 INITIALIZE = {
@@ -81,3 +82,28 @@ def test_healthz_is_up_and_readyz_lists_every_server_with_its_state(tmp_path: Pa
         assert ready.status_code == 503 and ready.json()["ready"] is False  # its only server is down
     finally:
         stop_process(process)
+
+
+def test_connections_the_gateway_accepts_do_not_wait_for_nagle() -> None:
+    """asyncio (and so uvicorn) turns Nagle's algorithm off (TCP_NODELAY) only on connections of a
+    listening socket made for IPPROTO_TCP; with protocol 0, every response met the client's
+    delayed ACK and stalled about 40 ms. The socket `serve` binds must be such a socket."""
+    import asyncio
+
+    async def accepted_nodelay() -> int:
+        seen: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            seen.set_result(writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        server = await asyncio.start_server(on_connect, sock=bind_socket("127.0.0.1", 0))
+        async with server:
+            port = server.sockets[0].getsockname()[1]
+            _, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 10)
+            try:
+                return await asyncio.wait_for(seen, 10)
+            finally:
+                writer.close()
+
+    assert asyncio.run(accepted_nodelay()) != 0
