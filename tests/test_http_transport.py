@@ -7,6 +7,7 @@ import socket
 from pathlib import Path
 
 import httpx2
+import mcp_types as types
 import pytest
 
 from gateway.serving.http import bind_socket
@@ -107,3 +108,76 @@ def test_connections_the_gateway_accepts_do_not_wait_for_nagle() -> None:
                 writer.close()
 
     assert asyncio.run(accepted_nodelay()) != 0
+
+
+REGIONAL_PLUGIN = '''
+"""A plugin server with a tool whose `region` argument is mirrored in an `Mcp-Param-Region` header."""
+from typing import Annotated
+
+from mcp.server.mcpserver import MCPServer
+from pydantic import Field
+
+from gateway.hookspecs import hookimpl
+
+
+@hookimpl
+def gateway_register_servers(register, settings):
+    server = MCPServer("regional")
+
+    @server.tool()
+    def locate(region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})]) -> str:
+        """Say where the call was routed."""
+        return f"routed to {region}"
+
+    register("regional", server)
+'''
+
+
+def modern_tool_call(name: str, arguments: dict[str, object]) -> dict[str, object]:
+    """A 2026-07-28 `tools/call`: no session, the protocol envelope in `_meta`."""
+    meta = {
+        types.PROTOCOL_VERSION_META_KEY: "2026-07-28",
+        types.CLIENT_CAPABILITIES_META_KEY: {},
+        types.CLIENT_INFO_META_KEY: {"name": "t", "version": "1"},
+    }
+    return {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tools/call",
+        "params": {"name": name, "arguments": arguments, "_meta": meta},
+    }
+
+
+def test_mcp_param_headers_are_checked_against_the_called_tools_schema(tmp_path: Path) -> None:
+    """A 2026-07-28 `tools/call` whose `Mcp-Param-*` header disagrees with its argument is refused
+    before it reaches the server; the gateway finds the tool's schema by name (the SDK would list
+    the whole catalog on every call to find it). Raw requests: the SDK's client would list the
+    tools again and retry with the right header."""
+    (tmp_path / "plugins" / "regional").mkdir(parents=True)
+    (tmp_path / "plugins" / "regional" / "__init__.py").write_text(REGIONAL_PLUGIN)
+    config = write_config(tmp_path / "gw.yaml", "mcps: {}\n")
+    env = NO_EMBEDDINGS | {"GATEWAY_PLUGINS__DIRECTORY": str(tmp_path / "plugins")}
+    process, url = start_gateway_http(config, tmp_path, env)
+    headers = HEADERS | {
+        "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": "regional__locate",
+    }
+    try:
+        agreed = httpx2.post(
+            url,
+            headers=headers | {"Mcp-Param-Region": "north"},
+            json=modern_tool_call("regional__locate", {"region": "north"}),
+            timeout=10,
+        )
+        refused = httpx2.post(
+            url,
+            headers=headers | {"Mcp-Param-Region": "north"},
+            json=modern_tool_call("regional__locate", {"region": "south"}),
+            timeout=10,
+        )
+    finally:
+        stop_process(process)
+    assert agreed.status_code == 200 and "routed to north" in agreed.text
+    assert refused.status_code == 400
+    assert "Mcp-Param-Region header does not match" in refused.json()["error"]["message"]

@@ -21,6 +21,7 @@ SDK binds each streamable-HTTP session to the caller that created it.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import logging
 from typing import Any
@@ -37,7 +38,15 @@ from gateway.config.security import AuthConfig
 from gateway.security.auth import Authenticator, AuthError, Principal
 from gateway.security.ratelimit import RateLimiter
 
-__all__ = ["METADATA_PATH", "PRINCIPAL_KEY", "PUBLIC_PATHS", "SecurityMiddleware", "forwardable_token", "principal_in"]
+__all__ = [
+    "METADATA_PATH",
+    "PRINCIPAL_KEY",
+    "PUBLIC_PATHS",
+    "SecurityMiddleware",
+    "current_principal",
+    "forwardable_token",
+    "principal_in",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +56,15 @@ PUBLIC_PATHS = ("/healthz", "/readyz")
 """Health probes for load balancers: no Host check, no authentication, no rate limit."""
 RATE_LIMITED = -32029
 """JSON-RPC error code of a rate-limited request (implementation-defined server range)."""
+
+
+_principal: contextvars.ContextVar[Principal | None] = contextvars.ContextVar("mcp_gateway_principal", default=None)
+
+
+def current_principal() -> Principal | None:
+    """The caller of the HTTP request this task is handling, for code the SDK calls without the
+    request (its check of a `tools/call`'s `Mcp-Param-*` headers against the tool's schema)."""
+    return _principal.get()
 
 
 def principal_in(request: Any) -> Principal | None:
@@ -134,6 +152,12 @@ class SecurityMiddleware:
                 body = {"jsonrpc": "2.0", "id": None, "error": error}
                 await _send_json(send, 429, body, [(b"retry-after", str(wait).encode())])
                 return
+            entered = _principal.set(principal)
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                _principal.reset(entered)
+            return
         await self.app(scope, receive, send)
 
     async def _public(self, request: Request, scope: Scope, receive: Receive, send: Send) -> None:

@@ -136,6 +136,7 @@ class GatewayServer:
                 on_subscriptions_listen=self.resources.subscriptions_listen,
                 on_completion=self.completion.complete,
                 on_set_logging_level=self._set_logging_level,
+                get_tool_input_schema=self.tools.input_schema,
             )
         self.tasks = self.tools.tasks
         self.tasks.install(self.server, self.notifications.notify)

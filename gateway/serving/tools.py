@@ -12,7 +12,7 @@ import json
 import logging
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
@@ -34,7 +34,7 @@ from gateway.registry import Registry
 from gateway.relay import Interactions, connection_of
 from gateway.router.base import SearchHit
 from gateway.router.service import RouterService
-from gateway.security.http_guard import forwardable_token, principal_in
+from gateway.security.http_guard import current_principal, forwardable_token, principal_in
 from gateway.security.limits import cap_result
 from gateway.security.scopes import visible, visible_names
 from gateway.serving.exposure import (
@@ -101,6 +101,19 @@ class ToolHandlers:
         await self.startup.all_servers()
         tools, cursor = page(self.visible_tools(ctx), params, self.settings.page_size)
         return types.ListToolsResult(tools=tools, next_cursor=cursor)
+
+    def input_schema(self, name: str) -> Mapping[str, Any] | None:
+        """The inputSchema a `tools/call`'s `Mcp-Param-*` headers are checked against (2026-07-28 HTTP).
+
+        Without it the SDK finds the schema by running `tools/list` on every call with arguments,
+        serializing the whole catalog each time (most of a proxied call's CPU); this looks the
+        name up instead, among the tools this caller may see (None: not checked, and the call
+        itself meets the usual refusal)."""
+        entry = self.registry.catalog.tools.get(name)
+        if entry is not None:
+            return entry.item.input_schema if visible(current_principal(), entry) else None
+        own = {tool.name: tool for tool in (SEARCH_TOOL, CALL_TOOL, FEEDBACK_TOOL)}.get(name)
+        return own.input_schema if own is not None else None
 
     def visible_tools(self, ctx: ServerRequestContext[Any, Any]) -> list[types.Tool]:
         """What `tools/list` shows this client, by exposure mode (see `gateway.serving.exposure`)."""
