@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from pathlib import Path
 
 import httpx2
@@ -181,3 +182,31 @@ def test_mcp_param_headers_are_checked_against_the_called_tools_schema(tmp_path:
     assert agreed.status_code == 200 and "routed to north" in agreed.text
     assert refused.status_code == 400
     assert "Mcp-Param-Region header does not match" in refused.json()["error"]["message"]
+
+
+def open_sessions_metric(base: str) -> float:
+    metrics = httpx2.get(f"{base}/metrics", timeout=10).text
+    return float(next(line.split()[1] for line in metrics.splitlines() if line.startswith("mcp_gateway_http_sessions ")))
+
+
+def test_sessions_a_client_left_open_are_closed_when_idle_and_their_number_is_bounded(tmp_path: Path) -> None:
+    """A client that went away without DELETE does not hold its session for ever, and no more than
+    `max_sessions` are open at once; `mcp_gateway_http_sessions` counts them."""
+    env = NO_EMBEDDINGS | {"GATEWAY_HTTP__SESSION_IDLE_TIMEOUT": "1", "GATEWAY_HTTP__MAX_SESSIONS": "2"}
+    process, url = start_gateway_http(write_config(tmp_path / "gw.yaml", "mcps: {}\n"), tmp_path, env)
+    base = url.rsplit("/", 1)[0]
+    try:
+        opened = [httpx2.post(url, headers=HEADERS, json=INITIALIZE, timeout=10) for _ in range(3)]
+        assert [r.status_code for r in opened] == [200, 200, 503]
+        assert "Too many open sessions" in opened[2].text
+        assert open_sessions_metric(base) == 2
+        first = opened[0].headers["mcp-session-id"]
+        deadline = time.monotonic() + 15  # idle after 1 s; the loop only watches for it
+        while open_sessions_metric(base) > 0:
+            assert time.monotonic() < deadline, "the idle sessions were not closed within 15 s"
+            time.sleep(0.2)
+        gone = httpx2.post(url, headers=HEADERS | {"Mcp-Session-Id": first}, json=INITIALIZE | {"id": 2}, timeout=10)
+        assert gone.status_code == 404
+        assert httpx2.post(url, headers=HEADERS, json=INITIALIZE, timeout=10).status_code == 200
+    finally:
+        stop_process(process)

@@ -51,6 +51,25 @@ class HttpSettings(BaseModel):
         default=False,
         description="Serve without sessions, so replicas behind a load balancer need no session affinity.",
     )
+    session_idle_timeout: float = Field(
+        default=1800.0,
+        gt=0,
+        le=7 * 24 * 3600,
+        description=(
+            "Seconds a handshake-era session may go without any request in flight (an open GET stream "
+            "counts as one) before the gateway closes it: a client that went away without DELETE does "
+            "not hold its session for ever."
+        ),
+    )
+    max_sessions: int = Field(
+        default=1000,
+        ge=1,
+        le=1_000_000,
+        description=(
+            "Most handshake-era sessions open at once; a new one beyond it is answered 503 until one "
+            "closes (2026-07-28 clients have no sessions and are not counted)."
+        ),
+    )
     metrics: bool = Field(default=True, description="Serve Prometheus metrics at GET /metrics.")
     metrics_public: bool = Field(
         default=False,

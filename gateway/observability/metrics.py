@@ -7,8 +7,9 @@ several gateways in one process, and the tests, count apart. Two kinds of figure
   code; call latency by server; calls in flight; searches and their latency (the call
   chain's `gateway.calls.metrics` middleware and `ToolHandlers.search` record them);
 - states, read when Prometheus scrapes: each upstream's state and circuit breaker, the
-  router's embedding work, and records the records store had to drop. Each is a callable
-  its owner plugs in (`watch_upstreams`, `watch_router`, `watch_records_dropped`), so the
+  router's embedding work, records the records store had to drop, and open HTTP sessions. Each
+  is a callable its owner plugs in (`watch_upstreams`, `watch_router`, `watch_records_dropped`,
+  `watch_sessions`), so the
   metrics import none of the parts they describe: the registry, the router and the call
   chain all record into them.
 
@@ -113,6 +114,10 @@ class GatewayMetrics:
         """Report the router's embedding work (documents embedded vs found in the cache)."""
         self._state.router = read
 
+    def watch_sessions(self, count: Callable[[], int]) -> None:
+        """Report `count()` as `mcp_gateway_http_sessions`: the streamable-HTTP sessions open now."""
+        self._state.sessions = count
+
     def watch_records_dropped(self, dropped: Callable[[], int]) -> None:
         """Report `dropped()` as `mcp_gateway_records_dropped_total`: records the store lost
         (buffer full, database down). The records writer exposes such a count."""
@@ -155,6 +160,7 @@ class _StateCollector(Collector):
         self.breaker_states: tuple[str, ...] = ()
         self.router: Callable[[], RouterFigures] | None = None
         self.records_dropped: Callable[[], int] | None = None
+        self.sessions: Callable[[], int] | None = None
 
     def describe(self) -> Iterable[Metric]:
         return []  # families depend on what is watched; describing none keeps registration lazy
@@ -166,6 +172,13 @@ class _StateCollector(Collector):
             yield from self._router(self.router())
         if self.records_dropped is not None:
             yield from self._records_dropped(self.records_dropped)
+        if self.sessions is not None:
+            sessions = GaugeMetricFamily(
+                "mcp_gateway_http_sessions",
+                "Streamable-HTTP sessions open now (handshake-era clients; closed by DELETE or when idle).",
+            )
+            sessions.add_metric([], float(self.sessions()))
+            yield sessions
 
     def _upstreams(self, read: Callable[[], Iterable[UpstreamFigures]]) -> Iterator[Metric]:
         states = GaugeMetricFamily(

@@ -12,10 +12,12 @@ import contextlib
 import logging
 import socket
 from collections.abc import Callable, Iterator
+from functools import partial
 
 import anyio
 import anyio.to_thread
 import uvicorn
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from starlette.datastructures import QueryParams
 from starlette.requests import Request
@@ -39,6 +41,7 @@ __all__ = [
     "bind_socket",
     "build_http_app",
     "metrics_endpoint",
+    "open_sessions",
     "route_endpoint",
     "serve_http",
     "transport_security",
@@ -107,6 +110,12 @@ async def metrics_endpoint(gateway: GatewayServer, request: Request) -> Response
     # Tens of milliseconds for a large catalog: off the event loop, which keeps serving calls.
     body = await anyio.to_thread.run_sync(gateway.registry.metrics.exposition)
     return Response(body, media_type=CONTENT_TYPE)
+
+
+def open_sessions(manager: StreamableHTTPSessionManager) -> int:
+    """How many streamable-HTTP sessions are open. The SDK's session manager offers no public count;
+    it keeps one transport per session id (mcp is pinned below 3, and a test reads this gauge)."""
+    return len(manager._server_instances)
 
 
 def _bad_request(message: str) -> JSONResponse:
@@ -193,8 +202,12 @@ def build_http_app(gateway: GatewayServer, settings: Settings) -> SecurityMiddle
         transport_security=security,
         host=settings.http.host,
         max_request_body_size=max_body,
+        session_idle_timeout=settings.http.session_idle_timeout,
+        max_sessions=settings.http.max_sessions,
         custom_starlette_routes=routes,
     )
+    if not settings.http.stateless:
+        gateway.registry.metrics.watch_sessions(partial(open_sessions, gateway.server.session_manager))
     authenticator = Authenticator(gateway.auth) if gateway.auth.enabled else None
     return SecurityMiddleware(
         _refusing_unknown_modes(app, settings.http.path),  # after the Host check and authentication
