@@ -20,6 +20,9 @@ from mcp import Client
 
 from bench.compat.install import install_servers, server_command
 from bench.compat.servers import by_id
+from gateway.config.loader import load_config
+from gateway.config.settings import Settings
+from gateway.registry import Registry, specs_from_config
 from gateway.upstreams.stderr import StderrLog
 from gateway.upstreams.upstream import Upstream, UpstreamSpec, unavailable_message
 from tests.conftest import (
@@ -354,3 +357,41 @@ def test_the_unavailable_message_says_when_the_gateway_reconnects_and_never_0_s(
     upstream.retry_at = datetime.now(UTC) - timedelta(seconds=1)  # due: the attempt is being made
     message = unavailable_message(upstream)
     assert "0 s" not in message and "reconnecting now" in message
+
+
+def _connections_to(port: int) -> list[socket.socket]:
+    """This process's TCP sockets connected to 127.0.0.1:`port`, each a duplicate to inspect."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            sock = socket.socket(fileno=os.dup(int(fd)))
+        except OSError:
+            continue
+        try:
+            if sock.type == socket.SOCK_STREAM and sock.getpeername()[1:2] == (port,):
+                found.append(sock)
+                continue
+        except OSError:
+            pass
+        sock.close()
+    return found
+
+
+async def test_connections_to_an_http_upstream_do_not_wait_for_nagle(tmp_path: Path, demo_http_url: str) -> None:
+    """The gateway's requests to an HTTP upstream go out with TCP_NODELAY: a request written in two
+    parts (headers, then body) would otherwise wait about 40 ms for the server's delayed ACK."""
+    config = load_config(write_config(tmp_path / "gateway.yaml", f"mcps:\n  web:\n    url: {demo_http_url}\n"))
+    settings = Settings(data_dir=tmp_path / "data")
+    registry = Registry(specs_from_config(config), settings, relay_requests=False)
+    with anyio.fail_after(30):
+        async with registry.running():
+            await registry.wait_settled(20)
+            result = await registry.call_tool("web__echo", {"text": "hi"})
+            assert not result.is_error
+            connections = _connections_to(int(demo_http_url.rsplit(":", 1)[1].split("/")[0]))
+            try:
+                assert connections, "no connection to the upstream was found"
+                assert all(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for s in connections)
+            finally:
+                for sock in connections:
+                    sock.close()
