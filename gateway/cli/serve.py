@@ -14,6 +14,7 @@ from gateway.cli.common import EXIT_OK, Usage, load
 from gateway.config.loader import GatewayConfig
 from gateway.config.security import AuthConfig
 from gateway.config.settings import Settings
+from gateway.malloc import fix_mmap_threshold
 from gateway.plugins import PluginManager
 from gateway.records.service import Records, open_store
 from gateway.registry import Registry
@@ -51,6 +52,7 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
     if args.transport == "http":
         check_exposure(settings.http.host, config.auth, insecure=args.insecure_no_auth)
         Authenticator(config.auth)  # a broken JWKS file is a config error now, not at the first request
+    fix_mmap_threshold()  # a large result must not raise the process's memory for good
     return anyio.run(_serve, registry, settings, args.transport, pm, config, vetter)
 
 
