@@ -22,7 +22,6 @@ from mcp.server import NotificationOptions, Server, ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult
 from mcp.server.models import InitializationOptions
 from mcp.server.runner import serve_dual_era_loop
-from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPDeprecationWarning
 
 from gateway.config.security import AuthConfig, SecurityConfig
@@ -35,6 +34,7 @@ from gateway.serving.notifications import Notifications
 from gateway.serving.prompts import PromptHandlers
 from gateway.serving.resources import ResourceHandlers
 from gateway.serving.startup import StartupWait
+from gateway.serving.stdio import stdio_streams
 from gateway.serving.tools import ToolHandlers
 from gateway.upstreams.upstream import cancel_when, gateway_version
 
@@ -189,7 +189,7 @@ class GatewayServer:
     async def run_stdio(self) -> None:
         # No fixed initialization options: the handshake reads them when it happens, so the
         # instructions include the servers that have connected by then.
-        async with stdio_server() as (read_stream, write_stream), self.server.lifespan(self.server) as state:
+        async with stdio_streams() as (read_stream, write_stream), self.server.lifespan(self.server) as state:
             await serve_dual_era_loop(self.server, read_stream, write_stream, lifespan_state=state)
 
 
