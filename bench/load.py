@@ -1,0 +1,813 @@
+"""Load generator: N concurrent sessions of tool calls, direct, through the gateway, through FastMCP's proxy.
+
+Paths, each to the same trivial upstream (`tests/servers/demo_server.py`, tool `echo`):
+
+- direct:   the client talks to the upstream itself
+- gateway:  `python -m gateway serve` (BM25 only, `GATEWAY_EMBEDDING__ENABLED=false`) with the
+            upstream in its YAML config, tool `up__echo`
+- fastmcp:  `bench/fastmcp_proxy.py`, FastMCP's `create_proxy` over one connected upstream
+            session (its fast mode); `fastmcp-fresh` (not in the default run): FastMCP's
+            default, a new upstream session per request
+
+over both transports:
+
+- http:  streamable HTTP. The upstream is one `demo_server.py http` process shared by the
+         three paths; the gateway and the proxy reach it over HTTP. A session is one
+         keep-alive TCP connection (TCP_NODELAY) with its own `Mcp-Session-Id`, opened with
+         the `initialize` / `notifications/initialized` handshake, then calling `tools/call`
+         one call after another. N sessions = N connections, N calls in flight.
+- stdio: each path is one child process spoken to over its stdin/stdout (newline-delimited
+         JSON-RPC): the upstream itself, the gateway with the upstream as its stdio child, or
+         the proxy with the upstream as its stdio child. N sessions = N requests outstanding
+         at once on that one stdio connection (one MCP session), each answered before its
+         "session" sends the next; one process per session would measure process startup.
+
+The client is hand-written on asyncio (raw sockets and pipes, a few lines of HTTP/1.1 and
+SSE parsing, `json`), so that it costs little of the CPU it measures: httpx or the SDK's
+client would use most of a core by themselves.
+
+For each level of concurrency (`--levels`) the paths take turns, the order rotated every
+level and every round (`--rounds`), so the machine's noise falls on all of them alike. A
+cell opens N sessions, makes one unmeasured call on each, then calls for `--seconds` and
+reports calls/s, p50 and p99 latency, errors, and the CPU milliseconds per call of every
+process involved: the load generator itself, the gateway, the proxy, the upstream (for the
+stdio paths, the child of the gateway or the proxy), each read from `/proc/<pid>/stat`
+(utime + stime) before and after the window.
+
+`--soak SECONDS` instead calls the gateway at a steady `--rate` for that long and samples
+its RSS (`/proc/<pid>/status` VmRSS) and open file descriptors (`/proc/<pid>/fd`) every
+`--sample-every` seconds, with the p50 and errors of each interval; it reports the value
+after warm-up (the first sample), at the end, the drift and the maximum.
+
+    python bench/load.py                                  # http and stdio, levels 1,10,50,200, 3 s a cell
+    python bench/load.py --transports http --levels 1,10 --seconds 2 --json
+    python bench/load.py --soak 600 --rate 200
+
+Every process it starts is stopped when the run ends, also on error, timeout (`--timeout`)
+or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import platform
+import signal
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.conftest import (  # noqa: E402
+    DEMO_SERVER,
+    NO_EMBEDDINGS,
+    gateway_env,
+    start_demo_http,
+    start_gateway_http,
+    start_script_http,
+    stop_process,
+    write_config,
+)
+
+PROXY_SCRIPT = Path(__file__).with_name("fastmcp_proxy.py")
+PATHS = ("direct", "gateway", "fastmcp", "fastmcp-fresh")
+DEFAULT_PATHS = ("direct", "gateway", "fastmcp")
+TRANSPORTS = ("http", "stdio")
+PROTOCOL_VERSION = "2025-11-25"
+"""The handshake-era version the client offers in `initialize` (each path's answer is used after)."""
+TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
+CALL_TIMEOUT = 30.0
+QUIET_ENV = {"FASTMCP_LOG_LEVEL": "WARNING", "FASTMCP_SHOW_SERVER_BANNER": "false"}
+
+
+class CallError(Exception):
+    """A call that failed: an HTTP status, a JSON-RPC error, an error result, a broken connection."""
+
+
+# --- /proc ------------------------------------------------------------------------------
+
+
+def cpu_ms(pid: int) -> float:
+    """utime + stime of a live process (all its threads), in milliseconds; 0 once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) * TICK_MS
+
+
+def children(pid: int) -> list[int]:
+    """The live descendants of a process (children of every thread, then theirs)."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tasks:
+        try:
+            kids = Path(f"/proc/{pid}/task/{tid}/children").read_text().split()
+        except OSError:
+            continue
+        for kid in map(int, kids):
+            found += [kid, *children(kid)]
+    return found
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+# --- the client: MCP over HTTP/1.1 and over stdio, by hand ------------------------------
+
+
+def _request(id_: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": id_, "method": method, "params": params}
+
+
+INITIALIZE = {
+    "protocolVersion": PROTOCOL_VERSION,
+    "capabilities": {},
+    "clientInfo": {"name": "mcp-gateway-bench-load", "version": "1"},
+}
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
+def _check_result(message: dict[str, Any]) -> dict[str, Any]:
+    if "error" in message:
+        raise CallError(f"JSON-RPC error {message['error']}")
+    result = message.get("result")
+    if not isinstance(result, dict):
+        raise CallError(f"no result in {message!r:.200}")
+    if result.get("isError"):
+        raise CallError(f"error result {result!r:.200}")
+    return result
+
+
+class HttpSession:
+    """One MCP session over streamable HTTP: one keep-alive HTTP/1.1 connection, calls one at a time."""
+
+    def __init__(self, url: str) -> None:
+        rest = url.removeprefix("http://")
+        hostport, _, path = rest.partition("/")
+        host, _, port = hostport.partition(":")
+        self.host, self.port, self.path = host, int(port or 80), "/" + path
+        self.hostport = hostport
+        self.session_id: str | None = None
+        self.version: str | None = None
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+        self.next_id = 0
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if self.reader is None or self.writer is None or self.writer.is_closing():
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port, limit=1 << 24)
+            sock = self.writer.get_extra_info("socket")
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return self.reader, self.writer
+
+    def _drop(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+    async def _exchange(
+        self, method: str, body: bytes | None, want_id: int | None
+    ) -> tuple[int, dict[str, str], dict[str, Any] | None]:
+        """Send one request, read its whole response; return status, headers, the JSON-RPC answer."""
+        reader, writer = await self._connect()
+        head = [
+            f"{method} {self.path} HTTP/1.1",
+            f"Host: {self.hostport}",
+            "Accept: application/json, text/event-stream",
+        ]
+        if body is not None:
+            head += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+        else:
+            head.append("Content-Length: 0")
+        if self.session_id:
+            head.append(f"Mcp-Session-Id: {self.session_id}")
+        if self.version:
+            head.append(f"MCP-Protocol-Version: {self.version}")
+        writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + (body or b""))
+        try:
+            status_line, headers = await self._read_head(reader)
+            status = int(status_line.split()[1])
+            payload = await self._read_body(reader, headers)
+        except (asyncio.IncompleteReadError, ConnectionError, ValueError, IndexError) as exc:
+            self._drop()
+            raise CallError(f"connection: {exc!r:.200}") from exc
+        if headers.get("connection", "").lower() == "close":
+            self._drop()
+        if status >= 300:
+            raise CallError(f"HTTP {status}: {payload[:200]!r}")
+        if want_id is None or not payload:
+            return status, headers, None
+        return status, headers, _answer(payload, headers.get("content-type", ""), want_id)
+
+    @staticmethod
+    async def _read_head(reader: asyncio.StreamReader) -> tuple[str, dict[str, str]]:
+        raw = await reader.readuntil(b"\r\n\r\n")
+        lines = raw.decode("latin-1").split("\r\n")
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            if line:
+                name, _, value = line.partition(":")
+                headers[name.strip().lower()] = value.strip()
+        return lines[0], headers
+
+    @staticmethod
+    async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
+        if headers.get("transfer-encoding", "").lower() == "chunked":
+            parts: list[bytes] = []
+            while True:
+                size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+                if size == 0:
+                    await reader.readuntil(b"\r\n")  # no trailers from these servers
+                    return b"".join(parts)
+                parts.append((await reader.readexactly(size + 2))[:-2])
+        length = int(headers.get("content-length", "0"))
+        return await reader.readexactly(length) if length else b""
+
+    async def open(self) -> None:
+        self.next_id += 1
+        body = json.dumps(_request(self.next_id, "initialize", INITIALIZE)).encode()
+        _, headers, answer = await self._exchange("POST", body, self.next_id)
+        self.session_id = headers.get("mcp-session-id")
+        self.version = str(_check_result(answer or {}).get("protocolVersion", PROTOCOL_VERSION))
+        await self._exchange("POST", json.dumps(INITIALIZED).encode(), None)
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> None:
+        self.next_id += 1
+        body = json.dumps(_request(self.next_id, "tools/call", {"name": tool, "arguments": arguments})).encode()
+        _, _, answer = await self._exchange("POST", body, self.next_id)
+        _check_result(answer or {})
+
+    async def close(self) -> None:
+        """End the MCP session (DELETE), then the connection."""
+        try:
+            if self.session_id:
+                await asyncio.wait_for(self._exchange("DELETE", None, None), 5)
+        except (CallError, OSError, TimeoutError):
+            pass
+        self._drop()
+
+
+def _answer(payload: bytes, content_type: str, want_id: int) -> dict[str, Any]:
+    """The JSON-RPC message answering `want_id`, from a JSON body or an SSE stream's `data:` events."""
+    if content_type.startswith("application/json"):
+        message = json.loads(payload)
+        if isinstance(message, dict):
+            return message
+        raise CallError(f"unexpected JSON body {payload[:200]!r}")
+    for event in payload.replace(b"\r\n", b"\n").split(b"\n\n"):
+        data = b"\n".join(line[5:].removeprefix(b" ") for line in event.split(b"\n") if line.startswith(b"data:"))
+        if data:
+            message = json.loads(data)
+            if isinstance(message, dict) and message.get("id") == want_id:
+                return message
+    raise CallError(f"no answer to request {want_id} in {payload[:200]!r}")
+
+
+class StdioConnection:
+    """One MCP session over a child's stdin/stdout: many requests in flight, answers matched by id."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        assert process.stdin is not None and process.stdout is not None
+        self.process = process
+        self.stdin = process.stdin
+        self.stdout = process.stdout
+        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.ids = itertools.count(1)
+        self.reader_task = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        try:
+            while line := await self.stdout.readline():
+                message = json.loads(line)
+                id_ = message.get("id") if isinstance(message, dict) else None
+                waiter = self.pending.pop(id_, None) if isinstance(id_, int) else None
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(message)
+        finally:
+            for waiter in self.pending.values():
+                if not waiter.done():
+                    waiter.set_exception(CallError("the process closed its stdout"))
+            self.pending.clear()
+
+    async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        id_ = next(self.ids)
+        waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.pending[id_] = waiter
+        self.stdin.write(json.dumps(_request(id_, method, params)).encode() + b"\n")
+        return _check_result(await waiter)
+
+    async def open(self) -> None:
+        await self.request("initialize", INITIALIZE)
+        self.stdin.write(json.dumps(INITIALIZED).encode() + b"\n")
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> None:
+        await self.request("tools/call", {"name": tool, "arguments": arguments})
+
+
+class StdioSession:
+    """A "session" over stdio: one caller with one request at a time on the shared connection."""
+
+    def __init__(self, connection: StdioConnection) -> None:
+        self.connection = connection
+
+    async def open(self) -> None:
+        pass
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> None:
+        await self.connection.call(tool, arguments)
+
+    async def close(self) -> None:
+        pass
+
+
+Session = HttpSession | StdioSession
+
+
+# --- the targets: the processes of one path over one transport ---------------------------
+
+
+@dataclass
+class Target:
+    transport: str
+    path: str
+    tool: str
+    new_session: Callable[[], Session]
+    roles: dict[str, int]
+    """Process role (gateway, proxy, upstream) -> pid, whose CPU a cell reports."""
+
+    @property
+    def name(self) -> str:
+        return f"{self.transport}/{self.path}"
+
+
+@dataclass
+class Processes:
+    """Every process this run started, stopped in reverse order however the run ends."""
+
+    popen: list[Any] = field(default_factory=list)
+    stdio: list[asyncio.subprocess.Process] = field(default_factory=list)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def pids(self) -> list[int]:
+        pids = [p.pid for p in self.popen] + [p.pid for p in self.stdio]
+        return pids + [kid for pid in pids for kid in children(pid)]
+
+    async def stop(self) -> None:
+        for process in reversed(self.stdio):
+            await _stop_stdio(process)
+        for task in self.tasks:
+            task.cancel()
+        for popen in reversed(self.popen):
+            await asyncio.to_thread(stop_process, popen)
+
+
+async def _stop_stdio(process: asyncio.subprocess.Process) -> None:
+    """Close its stdin (an MCP server's cue to exit), then SIGTERM, then SIGKILL its process group."""
+    if process.returncode is None and process.stdin is not None:
+        process.stdin.close()
+    for sig in (None, signal.SIGTERM, signal.SIGKILL):
+        if sig is not None:
+            try:
+                os.killpg(process.pid, sig)
+            except ProcessLookupError:
+                pass
+        try:
+            await asyncio.wait_for(process.wait(), 5)
+        except TimeoutError:
+            continue
+        break
+    try:  # the group's other members (the upstream child) too, if any outlived their parent
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _demo_stdio_command(name: str) -> list[str]:
+    return [sys.executable, str(DEMO_SERVER), "stdio", "--name", name]
+
+
+async def _spawn_stdio(processes: Processes, argv: list[str], env: dict[str, str]) -> StdioConnection:
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        env=env,
+        cwd=REPO,
+        start_new_session=True,
+        limit=1 << 24,
+    )
+    processes.stdio.append(process)
+    connection = StdioConnection(process)
+    processes.tasks.append(connection.reader_task)
+    await asyncio.wait_for(connection.open(), 120)
+    return connection
+
+
+async def start_targets(transports: list[str], paths: list[str], workdir: Path, processes: Processes) -> list[Target]:
+    targets: list[Target] = []
+    env = gateway_env(workdir) | NO_EMBEDDINGS | QUIET_ENV
+    if "http" in transports:
+        upstream, upstream_url = await asyncio.to_thread(start_demo_http, "up")
+        processes.popen.append(upstream)
+        up = {"upstream": upstream.pid}
+        for path in paths:
+            if path == "direct":
+                targets.append(Target("http", path, "echo", _http_factory(upstream_url), dict(up)))
+            elif path == "gateway":
+                config = write_config(workdir / "gateway-http.yaml", f"mcps:\n  up:\n    url: {upstream_url}\n")
+                gateway, url = await asyncio.to_thread(start_gateway_http, config, workdir, NO_EMBEDDINGS)
+                processes.popen.append(gateway)
+                targets.append(Target("http", path, "up__echo", _http_factory(url), {"gateway": gateway.pid} | up))
+            else:
+                fresh = ["--fresh"] if path.endswith("fresh") else []
+                args = [str(PROXY_SCRIPT), "http", "--url", upstream_url, *fresh]
+                proxy, url = await asyncio.to_thread(start_script_http, args)
+                processes.popen.append(proxy)
+                targets.append(Target("http", path, "echo", _http_factory(url), {"proxy": proxy.pid} | up))
+    if "stdio" in transports:
+        for path in paths:
+            if path == "direct":
+                argv, tool, role = _demo_stdio_command("up"), "echo", "upstream"
+            elif path == "gateway":
+                command = _demo_stdio_command("up")
+                config = write_config(
+                    workdir / "gateway-stdio.yaml",
+                    f"mcps:\n  up:\n    command: {json.dumps(command[0])}\n    args: {json.dumps(command[1:])}\n",
+                )
+                argv = [sys.executable, "-m", "gateway", "--config", str(config), "serve", "--transport", "stdio"]
+                tool, role = "up__echo", "gateway"
+            else:
+                fresh = ["--fresh"] if path.endswith("fresh") else []
+                argv = [sys.executable, str(PROXY_SCRIPT), "stdio", *fresh, "--", *_demo_stdio_command("up")]
+                tool, role = "echo", "proxy"
+            connection = await _spawn_stdio(processes, argv, env)
+            await asyncio.wait_for(connection.call(tool, {"text": "warm"}), 60)
+            roles = {role: connection.process.pid}
+            if role != "upstream":
+                kids = children(connection.process.pid)
+                if kids:
+                    roles["upstream"] = kids[-1]
+            targets.append(Target("stdio", path, tool, _stdio_factory(connection), roles))
+    return targets
+
+
+def _http_factory(url: str) -> Callable[[], Session]:
+    return lambda: HttpSession(url)
+
+
+def _stdio_factory(connection: StdioConnection) -> Callable[[], Session]:
+    return lambda: StdioSession(connection)
+
+
+# --- a cell: one target at one level of concurrency --------------------------------------
+
+
+@dataclass
+class Cell:
+    transport: str
+    path: str
+    sessions: int
+    calls: int = 0
+    errors: int = 0
+    seconds: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+    cpu: dict[str, float] = field(default_factory=dict)
+    """Role -> CPU milliseconds over the measured windows."""
+    first_error: str = ""
+
+    def row(self) -> dict[str, Any]:
+        lat = sorted(self.latencies)
+        cpu = self.cpu.items()
+        return {
+            "transport": self.transport,
+            "path": self.path,
+            "sessions": self.sessions,
+            "calls": self.calls,
+            "errors": self.errors,
+            "seconds": round(self.seconds, 3),
+            "calls_per_s": round(self.calls / self.seconds, 1) if self.seconds else 0.0,
+            "p50_ms": round(_percentile(lat, 50), 3),
+            "p99_ms": round(_percentile(lat, 99), 3),
+            "cpu_ms_per_call": {role: round(ms / self.calls, 3) if self.calls else None for role, ms in cpu},
+            "first_error": self.first_error,
+        }
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    pos = (len(sorted_values) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def _cpu_snapshot(target: Target) -> dict[str, float]:
+    return {"loadgen": cpu_ms(os.getpid())} | {role: cpu_ms(pid) for role, pid in target.roles.items()}
+
+
+async def _open_sessions(target: Target, n: int, cell: Cell) -> list[Session]:
+    sessions = [target.new_session() for _ in range(n)]
+    opened: list[Session] = []
+
+    async def open_one(session: Session) -> None:
+        try:
+            await asyncio.wait_for(session.open(), CALL_TIMEOUT)
+            await asyncio.wait_for(session.call(target.tool, {"text": "warm"}), CALL_TIMEOUT)
+            opened.append(session)
+        except (CallError, OSError, TimeoutError) as exc:
+            cell.errors += 1
+            cell.first_error = cell.first_error or f"open: {exc!r:.300}"
+            await session.close()
+
+    for start in range(0, n, 50):  # at most 50 handshakes at once, as a crowd of agents would not all start at once
+        await asyncio.gather(*(open_one(s) for s in sessions[start : start + 50]))
+    return opened
+
+
+async def run_cell(target: Target, n: int, seconds: float, cell: Cell) -> None:
+    sessions = await _open_sessions(target, n, cell)
+    try:
+        if not sessions:
+            return
+        before = _cpu_snapshot(target)
+        started = time.perf_counter()
+        deadline = started + seconds
+
+        async def worker(session: Session, k: int) -> None:
+            i = 0
+            while time.perf_counter() < deadline:
+                i += 1
+                t0 = time.perf_counter()
+                try:
+                    await asyncio.wait_for(session.call(target.tool, {"text": f"s{k} c{i}"}), CALL_TIMEOUT)
+                except (CallError, OSError, TimeoutError) as exc:
+                    cell.errors += 1
+                    cell.first_error = cell.first_error or f"call: {exc!r:.300}"
+                    continue
+                cell.latencies.append((time.perf_counter() - t0) * 1000)
+                cell.calls += 1
+
+        await asyncio.gather(*(worker(s, k) for k, s in enumerate(sessions)))
+        cell.seconds += time.perf_counter() - started
+        after = _cpu_snapshot(target)
+        for role, ms in after.items():
+            cell.cpu[role] = cell.cpu.get(role, 0.0) + ms - before[role]
+    finally:
+        await asyncio.gather(*(s.close() for s in sessions))
+
+
+async def run_matrix(args: argparse.Namespace, targets: list[Target]) -> list[Cell]:
+    cells = {(t.name, n): Cell(t.transport, t.path, n) for t in targets for n in args.levels}
+    turn = 0
+    for transport in args.transports:
+        group = [t for t in targets if t.transport == transport]
+        for n in args.levels:
+            for _ in range(args.rounds):
+                order = group[turn % len(group) :] + group[: turn % len(group)]
+                turn += 1
+                for target in order:
+                    await run_cell(target, n, args.seconds, cells[(target.name, n)])
+                    if args.verbose:
+                        row = cells[(target.name, n)].row()
+                        print(f"  {target.name} x{n}: {row['calls_per_s']} calls/s", file=sys.stderr, flush=True)
+    return list(cells.values())
+
+
+# --- soak ---------------------------------------------------------------------------------
+
+
+async def run_soak(args: argparse.Namespace, target: Target) -> dict[str, Any]:
+    """Calls at a steady rate through `target` for `args.soak` seconds; samples the gateway's RSS and fds."""
+    gateway = target.roles["gateway"]
+    cell = Cell(target.transport, target.path, args.sessions)
+    sessions = await _open_sessions(target, args.sessions, cell)
+    if not sessions:
+        raise RuntimeError(f"no session opened: {cell.first_error}")
+    interval: list[float] = []
+    interval_errors = 0
+    samples: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    deadline = started + args.soak
+    period = len(sessions) / args.rate
+
+    async def worker(session: Session, k: int) -> None:
+        nonlocal interval_errors
+        next_at = started + k * period / len(sessions)
+        i = 0
+        while next_at < deadline:
+            delay = next_at - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            next_at += period
+            i += 1
+            t0 = time.perf_counter()
+            try:
+                await asyncio.wait_for(session.call(target.tool, {"text": f"s{k} c{i}"}), CALL_TIMEOUT)
+            except (CallError, OSError, TimeoutError) as exc:
+                cell.errors += 1
+                interval_errors += 1
+                cell.first_error = cell.first_error or f"call: {exc!r:.300}"
+                continue
+            ms = (time.perf_counter() - t0) * 1000
+            interval.append(ms)
+            cell.latencies.append(ms)
+            cell.calls += 1
+
+    async def sampler() -> None:
+        nonlocal interval, interval_errors
+        while True:
+            await asyncio.sleep(args.sample_every)
+            lat, errors = sorted(interval), interval_errors
+            interval, interval_errors = [], 0
+            sample = {
+                "t_s": round(time.perf_counter() - started, 1),
+                "rss_mb": round(rss_mb(gateway), 1),
+                "fds": open_fds(gateway),
+                "calls": len(lat),
+                "p50_ms": round(_percentile(lat, 50), 3),
+                "errors": errors,
+            }
+            samples.append(sample)
+            if args.verbose:
+                print(f"  soak {sample}", file=sys.stderr, flush=True)
+
+    before = _cpu_snapshot(target)
+    sampling = asyncio.create_task(sampler())
+    try:
+        await asyncio.gather(*(worker(s, k) for k, s in enumerate(sessions)))
+    finally:
+        sampling.cancel()
+        await asyncio.gather(*(s.close() for s in sessions))
+    cell.seconds = time.perf_counter() - started
+    after = _cpu_snapshot(target)
+    cell.cpu = {role: after[role] - before[role] for role in after}
+    summary = {key: _drift([s[key] for s in samples]) for key in ("rss_mb", "fds", "p50_ms")}
+    return {"row": cell.row(), "rate": args.rate, "summary": summary, "samples": samples}
+
+
+def _drift(values: list[float]) -> dict[str, float | None]:
+    """The first sample (after warm-up), the last, their drift in percent, and the maximum."""
+    values = [v for v in values if v == v]  # an interval without calls has no p50
+    if not values:
+        return {"warm": None, "end": None, "drift_pct": None, "max": None}
+    warm, end = values[0], values[-1]
+    drift = round((end - warm) / warm * 100, 1) if warm else None
+    return {"warm": warm, "end": end, "drift_pct": drift, "max": max(values)}
+
+
+# --- report -------------------------------------------------------------------------------
+
+
+ROLES = ("loadgen", "gateway", "proxy", "upstream")
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    cpu_heads = "".join(f" {role:>9}" for role in ROLES)
+    print(f"{'transport':9} {'path':13} {'N':>4} {'calls/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6} |{cpu_heads}")
+    for row in rows:
+        cpu = row["cpu_ms_per_call"]
+        cells = "".join(f" {cpu[r]:>9.3f}" if cpu.get(r) is not None else f" {'-':>9}" for r in ROLES)
+        print(
+            f"{row['transport']:9} {row['path']:13} {row['sessions']:>4} {row['calls_per_s']:>8.1f}"
+            f" {row['p50_ms']:>8.2f} {row['p99_ms']:>8.2f} {row['errors']:>6} |{cells}"
+        )
+    print("(CPU columns: milliseconds of CPU per call of each process, from /proc/<pid>/stat utime+stime)")
+    for row in rows:
+        if row["first_error"]:
+            print(f"first error {row['transport']}/{row['path']} x{row['sessions']}: {row['first_error']}")
+
+
+def print_soak(result: dict[str, Any]) -> None:
+    row = result["row"]
+    print(
+        f"soak through the gateway over {row['transport']}: {row['seconds']:.0f} s at {result['rate']} calls/s"
+        f" asked, {row['calls_per_s']} done, {row['calls']} calls, {row['errors']} errors,"
+        f" p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms, gateway CPU {row['cpu_ms_per_call'].get('gateway')} ms/call"
+    )
+    print(f"{'t s':>6} {'RSS MB':>8} {'fds':>5} {'calls':>6} {'p50 ms':>8} {'errors':>6}")
+    for s in result["samples"]:
+        print(f"{s['t_s']:>6} {s['rss_mb']:>8} {s['fds']:>5} {s['calls']:>6} {s['p50_ms']:>8.2f} {s['errors']:>6}")
+    for key, d in result["summary"].items():
+        print(f"{key}: after warm-up {d['warm']}, end {d['end']}, drift {d['drift_pct']} %, max {d['max']}")
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+# --- main ---------------------------------------------------------------------------------
+
+
+async def _run(args: argparse.Namespace, processes: Processes) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="mcp-gateway-load-") as tmp:
+        workdir = Path(tmp)
+        if args.soak:
+            targets = await start_targets([args.soak_transport], ["gateway"], workdir, processes)
+            result: dict[str, Any] = {"benchmark": "load-soak", "machine_start": machine()}
+            result |= await run_soak(args, targets[0])
+        else:
+            targets = await start_targets(args.transports, args.paths, workdir, processes)
+            result = {
+                "benchmark": "load",
+                "machine_start": machine(),
+                "levels": args.levels,
+                "seconds": args.seconds,
+                "rounds": args.rounds,
+            }
+            result["rows"] = [cell.row() for cell in await run_matrix(args, targets)]
+        result["machine_end"] = machine()
+        result["pids"] = processes.pids()
+        return result
+
+
+async def _bounded(args: argparse.Namespace) -> dict[str, Any]:
+    processes = Processes()
+    loop = asyncio.get_running_loop()
+    main_task = asyncio.current_task()
+    assert main_task is not None
+    loop.add_signal_handler(signal.SIGTERM, main_task.cancel)
+    try:
+        async with asyncio.timeout(args.timeout):
+            return await _run(args, processes)
+    finally:
+        await processes.stop()
+
+
+def _levels(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def _names(allowed: tuple[str, ...]) -> Callable[[str], list[str]]:
+    def parse(text: str) -> list[str]:
+        names = [x.strip() for x in text.split(",") if x.strip()]
+        for name in names:
+            if name not in allowed:
+                raise argparse.ArgumentTypeError(f"{name!r} is not one of {', '.join(allowed)}")
+        return names
+
+    return parse
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--levels", type=_levels, default=[1, 10, 50, 200], help="concurrent sessions (1,10,50,200)")
+    parser.add_argument("--transports", type=_names(TRANSPORTS), default=list(TRANSPORTS), help="http,stdio")
+    parser.add_argument("--paths", type=_names(PATHS), default=list(DEFAULT_PATHS), help="direct,gateway,fastmcp")
+    parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per cell (3)")
+    parser.add_argument("--rounds", type=int, default=1, help="turns per path and level, summed (1)")
+    parser.add_argument("--soak", type=float, default=0.0, metavar="SECONDS", help="soak through the gateway instead")
+    parser.add_argument("--soak-transport", choices=TRANSPORTS, default="http", help="transport of the soak (http)")
+    parser.add_argument("--rate", type=float, default=200.0, help="soak: calls per second (200)")
+    parser.add_argument("--sessions", type=int, default=10, help="soak: concurrent sessions sharing the rate (10)")
+    parser.add_argument("--sample-every", type=float, default=5.0, help="soak: seconds between samples (5)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="bound on the whole run, seconds (900)")
+    parser.add_argument("--json", action="store_true", help="also print one JSON object, last on stdout")
+    parser.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
+    args = parser.parse_args(argv)
+    os.environ.update(QUIET_ENV)  # inherited by the processes it starts
+
+    result = asyncio.run(_bounded(args))
+    if args.soak:
+        print_soak(result)
+    else:
+        print(
+            f"{', '.join(args.transports)}: {args.seconds} s per cell, {args.rounds} round(s);"
+            f" start {result['machine_start']}, end loadavg {result['machine_end']['loadavg']}"
+        )
+        print_table(result["rows"])
+    if args.json:
+        print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
