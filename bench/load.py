@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import itertools
 import json
 import os
@@ -68,16 +69,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.conftest import (  # noqa: E402
-    DEMO_SERVER,
-    NO_EMBEDDINGS,
-    gateway_env,
-    start_demo_http,
-    start_gateway_http,
-    start_script_http,
-    stop_process,
-    write_config,
-)
+from tests.conftest import DEMO_SERVER, NO_EMBEDDINGS, gateway_env, write_config  # noqa: E402
 
 PROXY_SCRIPT = Path(__file__).with_name("fastmcp_proxy.py")
 PATHS = ("direct", "gateway", "fastmcp", "fastmcp-fresh")
@@ -365,26 +357,38 @@ class Target:
 
 @dataclass
 class Processes:
-    """Every process this run started, stopped in reverse order however the run ends."""
+    """Every process this run started (each the leader of its own process group), and their pipe readers."""
 
-    popen: list[Any] = field(default_factory=list)
-    stdio: list[asyncio.subprocess.Process] = field(default_factory=list)
+    started: list[asyncio.subprocess.Process] = field(default_factory=list)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def pids(self) -> list[int]:
-        pids = [p.pid for p in self.popen] + [p.pid for p in self.stdio]
+        pids = [p.pid for p in self.started]
         return pids + [kid for pid in pids for kid in children(pid)]
 
+    async def spawn(self, argv: list[str], env: dict[str, str], *, stdio: bool) -> asyncio.subprocess.Process:
+        """Start `argv` in a new process group: stdin/stdout piped (stdio) or stdout and stderr piped."""
+        pipe, devnull = asyncio.subprocess.PIPE, asyncio.subprocess.DEVNULL
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=pipe if stdio else devnull,
+            stdout=pipe,
+            stderr=devnull if stdio else pipe,
+            env=env,
+            cwd=REPO,
+            start_new_session=True,
+            limit=1 << 24,
+        )
+        self.started.append(process)
+        return process
+
     async def stop(self) -> None:
-        for process in reversed(self.stdio):
-            await _stop_stdio(process)
         for task in self.tasks:
             task.cancel()
-        for popen in reversed(self.popen):
-            await asyncio.to_thread(stop_process, popen)
+        await asyncio.gather(*(_stop(process) for process in reversed(self.started)))
 
 
-async def _stop_stdio(process: asyncio.subprocess.Process) -> None:
+async def _stop(process: asyncio.subprocess.Process) -> None:
     """Close its stdin (an MCP server's cue to exit), then SIGTERM, then SIGKILL its process group."""
     if process.returncode is None and process.stdin is not None:
         process.stdin.close()
@@ -395,7 +399,7 @@ async def _stop_stdio(process: asyncio.subprocess.Process) -> None:
             except ProcessLookupError:
                 pass
         try:
-            await asyncio.wait_for(process.wait(), 5)
+            await asyncio.wait_for(process.wait(), 0.5 if sig is None and process.stdin is None else 5)
         except TimeoutError:
             continue
         break
@@ -405,22 +409,41 @@ async def _stop_stdio(process: asyncio.subprocess.Process) -> None:
         pass
 
 
-def _demo_stdio_command(name: str) -> list[str]:
-    return [sys.executable, str(DEMO_SERVER), "stdio", "--name", name]
+async def _spawn_http(processes: Processes, argv: list[str], env: dict[str, str], prefix: str) -> tuple[int, str]:
+    """Start an HTTP server that prints `prefix<rest>` on stdout or stderr once it listens; return pid and rest.
+
+    Both pipes are drained after that, so a chatty server does not block on a full pipe."""
+    process = await processes.spawn(argv, env, stdio=False)
+    lines: asyncio.Queue[str] = asyncio.Queue()
+
+    async def pump(stream: asyncio.StreamReader | None) -> None:
+        while stream is not None and (line := await stream.readline()):
+            lines.put_nowait(line.decode(errors="replace"))
+        lines.put_nowait("")
+
+    processes.tasks += [asyncio.create_task(pump(process.stdout)), asyncio.create_task(pump(process.stderr))]
+    seen: list[str] = []
+    eofs = 0
+    async with asyncio.timeout(120):
+        while eofs < 2:
+            line = await lines.get()
+            if line.startswith(prefix):
+                return process.pid, line[len(prefix) :].strip()
+            eofs += not line
+            seen.append(line)
+    raise RuntimeError(f"{argv[1:4]} exited without printing {prefix!r}: {''.join(seen)[-2000:]}")
+
+
+def _demo_command(transport: str, name: str) -> list[str]:
+    return [sys.executable, str(DEMO_SERVER), transport, "--name", name]
+
+
+def _gateway_command(config: Path, transport: str) -> list[str]:
+    return [sys.executable, "-m", "gateway", "--config", str(config), "serve", "--transport", transport]
 
 
 async def _spawn_stdio(processes: Processes, argv: list[str], env: dict[str, str]) -> StdioConnection:
-    process = await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-        env=env,
-        cwd=REPO,
-        start_new_session=True,
-        limit=1 << 24,
-    )
-    processes.stdio.append(process)
+    process = await processes.spawn(argv, env, stdio=True)
     connection = StdioConnection(process)
     processes.tasks.append(connection.reader_task)
     await asyncio.wait_for(connection.open(), 120)
@@ -429,40 +452,41 @@ async def _spawn_stdio(processes: Processes, argv: list[str], env: dict[str, str
 
 async def start_targets(transports: list[str], paths: list[str], workdir: Path, processes: Processes) -> list[Target]:
     targets: list[Target] = []
-    env = gateway_env(workdir) | NO_EMBEDDINGS | QUIET_ENV
     if "http" in transports:
-        upstream, upstream_url = await asyncio.to_thread(start_demo_http, "up")
-        processes.popen.append(upstream)
-        up = {"upstream": upstream.pid}
+        env = gateway_env(workdir / "http") | NO_EMBEDDINGS | QUIET_ENV
+        upstream, port = await _spawn_http(processes, _demo_command("http", "up"), env, "PORT=")
+        upstream_url = f"http://127.0.0.1:{port}/mcp"
+        up = {"upstream": upstream}
         for path in paths:
             if path == "direct":
                 targets.append(Target("http", path, "echo", _http_factory(upstream_url), dict(up)))
             elif path == "gateway":
                 config = write_config(workdir / "gateway-http.yaml", f"mcps:\n  up:\n    url: {upstream_url}\n")
-                gateway, url = await asyncio.to_thread(start_gateway_http, config, workdir, NO_EMBEDDINGS)
-                processes.popen.append(gateway)
-                targets.append(Target("http", path, "up__echo", _http_factory(url), {"gateway": gateway.pid} | up))
+                argv = [*_gateway_command(config, "http"), "--port", "0"]
+                gateway, url = await _spawn_http(processes, argv, env, "mcp-gateway: serving on ")
+                targets.append(Target("http", path, "up__echo", _http_factory(url), {"gateway": gateway} | up))
             else:
                 fresh = ["--fresh"] if path.endswith("fresh") else []
-                args = [str(PROXY_SCRIPT), "http", "--url", upstream_url, *fresh]
-                proxy, url = await asyncio.to_thread(start_script_http, args)
-                processes.popen.append(proxy)
-                targets.append(Target("http", path, "echo", _http_factory(url), {"proxy": proxy.pid} | up))
+                argv = [sys.executable, str(PROXY_SCRIPT), "http", "--url", upstream_url, *fresh]
+                proxy, port = await _spawn_http(processes, argv, env, "PORT=")
+                url = f"http://127.0.0.1:{port}/mcp"
+                targets.append(Target("http", path, "echo", _http_factory(url), {"proxy": proxy} | up))
     if "stdio" in transports:
+        env = gateway_env(workdir / "stdio") | NO_EMBEDDINGS | QUIET_ENV
         for path in paths:
             if path == "direct":
-                argv, tool, role = _demo_stdio_command("up"), "echo", "upstream"
+                argv, tool, role = _demo_command("stdio", "up"), "echo", "upstream"
             elif path == "gateway":
-                command = _demo_stdio_command("up")
+                command = _demo_command("stdio", "up")
                 config = write_config(
                     workdir / "gateway-stdio.yaml",
                     f"mcps:\n  up:\n    command: {json.dumps(command[0])}\n    args: {json.dumps(command[1:])}\n",
                 )
-                argv = [sys.executable, "-m", "gateway", "--config", str(config), "serve", "--transport", "stdio"]
+                argv = _gateway_command(config, "stdio")
                 tool, role = "up__echo", "gateway"
             else:
                 fresh = ["--fresh"] if path.endswith("fresh") else []
-                argv = [sys.executable, str(PROXY_SCRIPT), "stdio", *fresh, "--", *_demo_stdio_command("up")]
+                argv = [sys.executable, str(PROXY_SCRIPT), "stdio", *fresh, "--", *_demo_command("stdio", "up")]
                 tool, role = "echo", "proxy"
             connection = await _spawn_stdio(processes, argv, env)
             await asyncio.wait_for(connection.call(tool, {"text": "warm"}), 60)
@@ -619,12 +643,21 @@ async def run_soak(args: argparse.Namespace, target: Target) -> dict[str, Any]:
         nonlocal interval_errors
         next_at = started + k * period / len(sessions)
         i = 0
-        while next_at < deadline:
+        while next_at < deadline and time.perf_counter() < deadline:
             delay = next_at - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            next_at += period
+            next_at += period  # a late call is sent at once: the rate catches up while it can
             i += 1
+            if args.reopen_every and i % args.reopen_every == 0:
+                await session.close()
+                session = target.new_session()
+                try:
+                    await asyncio.wait_for(session.open(), CALL_TIMEOUT)
+                except (CallError, OSError, TimeoutError) as exc:
+                    cell.errors += 1
+                    interval_errors += 1
+                    cell.first_error = cell.first_error or f"reopen: {exc!r:.300}"
             t0 = time.perf_counter()
             try:
                 await asyncio.wait_for(session.call(target.tool, {"text": f"s{k} c{i}"}), CALL_TIMEOUT)
@@ -637,6 +670,7 @@ async def run_soak(args: argparse.Namespace, target: Target) -> dict[str, Any]:
             interval.append(ms)
             cell.latencies.append(ms)
             cell.calls += 1
+        sessions[k] = session
 
     async def sampler() -> None:
         nonlocal interval, interval_errors
@@ -666,12 +700,20 @@ async def run_soak(args: argparse.Namespace, target: Target) -> dict[str, Any]:
     cell.seconds = time.perf_counter() - started
     after = _cpu_snapshot(target)
     cell.cpu = {role: after[role] - before[role] for role in after}
-    summary = {key: _drift([s[key] for s in samples]) for key in ("rss_mb", "fds", "p50_ms")}
-    return {"row": cell.row(), "rate": args.rate, "summary": summary, "samples": samples}
+    warm = [s for s in samples if s["t_s"] >= args.warmup] or samples[-1:]
+    summary = {key: _drift([s[key] for s in warm]) for key in ("rss_mb", "fds", "p50_ms")}
+    return {
+        "row": cell.row(),
+        "rate": args.rate,
+        "warmup_s": args.warmup,
+        "reopen_every": args.reopen_every,
+        "summary": summary,
+        "samples": samples,
+    }
 
 
 def _drift(values: list[float]) -> dict[str, float | None]:
-    """The first sample (after warm-up), the last, their drift in percent, and the maximum."""
+    """The first sample after warm-up, the last, their drift in percent, and the maximum after warm-up."""
     values = [v for v in values if v == v]  # an interval without calls has no p50
     if not values:
         return {"warm": None, "end": None, "drift_pct": None, "max": None}
@@ -709,6 +751,7 @@ def print_soak(result: dict[str, Any]) -> None:
         f" asked, {row['calls_per_s']} done, {row['calls']} calls, {row['errors']} errors,"
         f" p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms, gateway CPU {row['cpu_ms_per_call'].get('gateway')} ms/call"
     )
+    print(f"samples every {result['sample_every_s']} s; reference after a warm-up of {result['warmup_s']} s")
     print(f"{'t s':>6} {'RSS MB':>8} {'fds':>5} {'calls':>6} {'p50 ms':>8} {'errors':>6}")
     for s in result["samples"]:
         print(f"{s['t_s']:>6} {s['rss_mb']:>8} {s['fds']:>5} {s['calls']:>6} {s['p50_ms']:>8.2f} {s['errors']:>6}")
@@ -734,6 +777,7 @@ async def _run(args: argparse.Namespace, processes: Processes) -> dict[str, Any]
         if args.soak:
             targets = await start_targets([args.soak_transport], ["gateway"], workdir, processes)
             result: dict[str, Any] = {"benchmark": "load-soak", "machine_start": machine()}
+            result["sample_every_s"] = args.sample_every
             result |= await run_soak(args, targets[0])
         else:
             targets = await start_targets(args.transports, args.paths, workdir, processes)
@@ -790,13 +834,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rate", type=float, default=200.0, help="soak: calls per second (200)")
     parser.add_argument("--sessions", type=int, default=10, help="soak: concurrent sessions sharing the rate (10)")
     parser.add_argument("--sample-every", type=float, default=5.0, help="soak: seconds between samples (5)")
+    parser.add_argument("--warmup", type=float, help="soak: seconds before the reference sample (a tenth, at most 60)")
+    parser.add_argument(
+        "--reopen-every", type=int, default=0, help="soak: a session is closed and reopened every N calls"
+    )
     parser.add_argument("--timeout", type=float, default=900.0, help="bound on the whole run, seconds (900)")
     parser.add_argument("--json", action="store_true", help="also print one JSON object, last on stdout")
     parser.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
     args = parser.parse_args(argv)
+    if args.warmup is None:
+        args.warmup = min(60.0, args.soak / 10)
+    needs_fastmcp = not args.soak and any(p.startswith("fastmcp") for p in args.paths)
+    if needs_fastmcp and importlib.util.find_spec("fastmcp") is None:
+        parser.error("the fastmcp paths need FastMCP: `scripts/bootstrap test,bench` (or leave them out with --paths)")
     os.environ.update(QUIET_ENV)  # inherited by the processes it starts
 
-    result = asyncio.run(_bounded(args))
+    try:
+        result = asyncio.run(_bounded(args))
+    except TimeoutError:
+        sys.exit(f"bench/load.py: the run passed --timeout {args.timeout} s; every process it started is stopped")
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        sys.exit("bench/load.py: stopped; every process it started is stopped")
     if args.soak:
         print_soak(result)
     else:
