@@ -60,8 +60,11 @@ def main() -> None:
     parser.add_argument("transport", choices=["http", "stdio"])
     parser.add_argument("--url", help="the upstream's streamable HTTP URL (transport http)")
     parser.add_argument("--fresh", action="store_true", help="a new upstream session per request (FastMCP's default)")
-    parser.add_argument("command", nargs="*", help="-- the upstream's command (transport stdio)")
-    args = parser.parse_args()
+    parser.epilog = "transport stdio: the upstream's command follows --"
+    argv = sys.argv[1:]
+    split = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:split])
+    args.command = argv[split + 1 :]
     if args.transport == "http" and not args.url:
         parser.error("http: --url is required")
     try:
