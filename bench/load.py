@@ -293,7 +293,10 @@ class StdioConnection:
     async def _read(self) -> None:
         try:
             while line := await self.stdout.readline():
-                message = json.loads(line)
+                try:
+                    message = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # not JSON-RPC: a server's stray print
                 id_ = message.get("id") if isinstance(message, dict) else None
                 waiter = self.pending.pop(id_, None) if isinstance(id_, int) else None
                 if waiter is not None and not waiter.done():
@@ -492,11 +495,22 @@ async def start_targets(transports: list[str], paths: list[str], workdir: Path, 
             await asyncio.wait_for(connection.call(tool, {"text": "warm"}), 60)
             roles = {role: connection.process.pid}
             if role != "upstream":
-                kids = children(connection.process.pid)
-                if kids:
-                    roles["upstream"] = kids[-1]
+                upstream = _find_upstream(connection.process.pid)
+                if upstream is not None:
+                    roles["upstream"] = upstream
             targets.append(Target("stdio", path, tool, _stdio_factory(connection), roles))
     return targets
+
+
+def _find_upstream(pid: int) -> int | None:
+    """The demo server among a process's descendants (the gateway's or the proxy's stdio child)."""
+    for kid in children(pid):
+        try:
+            if str(DEMO_SERVER).encode() in Path(f"/proc/{kid}/cmdline").read_bytes():
+                return kid
+        except OSError:
+            continue
+    return None
 
 
 def _http_factory(url: str) -> Callable[[], Session]:
@@ -534,11 +548,17 @@ class Cell:
             "errors": self.errors,
             "seconds": round(self.seconds, 3),
             "calls_per_s": round(self.calls / self.seconds, 1) if self.seconds else 0.0,
-            "p50_ms": round(_percentile(lat, 50), 3),
-            "p99_ms": round(_percentile(lat, 99), 3),
+            "p50_ms": _ms(_percentile(lat, 50)),
+            "p99_ms": _ms(_percentile(lat, 99)),
+            "cpu_total_ms_per_call": round(sum(ms for _, ms in cpu) / self.calls, 3) if self.calls else None,
             "cpu_ms_per_call": {role: round(ms / self.calls, 3) if self.calls else None for role, ms in cpu},
             "first_error": self.first_error,
         }
+
+
+def _ms(value: float) -> float | None:
+    """Milliseconds rounded to the microsecond; None (JSON null) where there were no calls."""
+    return round(value, 3) if value == value else None
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:
@@ -588,7 +608,8 @@ async def run_cell(target: Target, n: int, seconds: float, cell: Cell) -> None:
                 i += 1
                 t0 = time.perf_counter()
                 try:
-                    await asyncio.wait_for(session.call(target.tool, {"text": f"s{k} c{i}"}), CALL_TIMEOUT)
+                    async with asyncio.timeout(CALL_TIMEOUT):  # a timer, not a task per call as wait_for makes
+                        await session.call(target.tool, {"text": f"s{k} c{i}"})
                 except (CallError, OSError, TimeoutError) as exc:
                     cell.errors += 1
                     cell.first_error = cell.first_error or f"call: {exc!r:.300}"
@@ -660,7 +681,8 @@ async def run_soak(args: argparse.Namespace, target: Target) -> dict[str, Any]:
                     cell.first_error = cell.first_error or f"reopen: {exc!r:.300}"
             t0 = time.perf_counter()
             try:
-                await asyncio.wait_for(session.call(target.tool, {"text": f"s{k} c{i}"}), CALL_TIMEOUT)
+                async with asyncio.timeout(CALL_TIMEOUT):
+                    await session.call(target.tool, {"text": f"s{k} c{i}"})
             except (CallError, OSError, TimeoutError) as exc:
                 cell.errors += 1
                 interval_errors += 1
@@ -683,7 +705,7 @@ async def run_soak(args: argparse.Namespace, target: Target) -> dict[str, Any]:
                 "rss_mb": round(rss_mb(gateway), 1),
                 "fds": open_fds(gateway),
                 "calls": len(lat),
-                "p50_ms": round(_percentile(lat, 50), 3),
+                "p50_ms": _ms(_percentile(lat, 50)),
                 "errors": errors,
             }
             samples.append(sample)
@@ -712,14 +734,14 @@ async def run_soak(args: argparse.Namespace, target: Target) -> dict[str, Any]:
     }
 
 
-def _drift(values: list[float]) -> dict[str, float | None]:
+def _drift(values: list[float | None]) -> dict[str, float | None]:
     """The first sample after warm-up, the last, their drift in percent, and the maximum after warm-up."""
-    values = [v for v in values if v == v]  # an interval without calls has no p50
-    if not values:
+    known = [v for v in values if v is not None]  # an interval without calls has no p50
+    if not known:
         return {"warm": None, "end": None, "drift_pct": None, "max": None}
-    warm, end = values[0], values[-1]
+    warm, end = known[0], known[-1]
     drift = round((end - warm) / warm * 100, 1) if warm else None
-    return {"warm": warm, "end": end, "drift_pct": drift, "max": max(values)}
+    return {"warm": warm, "end": end, "drift_pct": drift, "max": max(known)}
 
 
 # --- report -------------------------------------------------------------------------------
@@ -728,17 +750,21 @@ def _drift(values: list[float]) -> dict[str, float | None]:
 ROLES = ("loadgen", "gateway", "proxy", "upstream")
 
 
+def _num(value: float | None, width: int, digits: int) -> str:
+    return f"{value:>{width}.{digits}f}" if value is not None else f"{'-':>{width}}"
+
+
 def print_table(rows: list[dict[str, Any]]) -> None:
-    cpu_heads = "".join(f" {role:>9}" for role in ROLES)
+    cpu_heads = "".join(f" {role:>8}" for role in (*ROLES, "all"))
     print(f"{'transport':9} {'path':13} {'N':>4} {'calls/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6} |{cpu_heads}")
     for row in rows:
         cpu = row["cpu_ms_per_call"]
-        cells = "".join(f" {cpu[r]:>9.3f}" if cpu.get(r) is not None else f" {'-':>9}" for r in ROLES)
+        cells = "".join(" " + _num(cpu.get(r), 8, 3) for r in ROLES) + " " + _num(row["cpu_total_ms_per_call"], 8, 3)
         print(
             f"{row['transport']:9} {row['path']:13} {row['sessions']:>4} {row['calls_per_s']:>8.1f}"
-            f" {row['p50_ms']:>8.2f} {row['p99_ms']:>8.2f} {row['errors']:>6} |{cells}"
+            f" {_num(row['p50_ms'], 8, 2)} {_num(row['p99_ms'], 8, 2)} {row['errors']:>6} |{cells}"
         )
-    print("(CPU columns: milliseconds of CPU per call of each process, from /proc/<pid>/stat utime+stime)")
+    print("(CPU: milliseconds of CPU per call of each process, utime+stime from /proc/<pid>/stat; all: their sum)")
     for row in rows:
         if row["first_error"]:
             print(f"first error {row['transport']}/{row['path']} x{row['sessions']}: {row['first_error']}")
@@ -754,7 +780,9 @@ def print_soak(result: dict[str, Any]) -> None:
     print(f"samples every {result['sample_every_s']} s; reference after a warm-up of {result['warmup_s']} s")
     print(f"{'t s':>6} {'RSS MB':>8} {'fds':>5} {'calls':>6} {'p50 ms':>8} {'errors':>6}")
     for s in result["samples"]:
-        print(f"{s['t_s']:>6} {s['rss_mb']:>8} {s['fds']:>5} {s['calls']:>6} {s['p50_ms']:>8.2f} {s['errors']:>6}")
+        print(
+            f"{s['t_s']:>6} {s['rss_mb']:>8} {s['fds']:>5} {s['calls']:>6} {_num(s['p50_ms'], 8, 2)} {s['errors']:>6}"
+        )
     for key, d in result["summary"].items():
         print(f"{key}: after warm-up {d['warm']}, end {d['end']}, drift {d['drift_pct']} %, max {d['max']}")
 
