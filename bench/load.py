@@ -8,6 +8,8 @@ Paths, each to the same trivial upstream (`tests/servers/demo_server.py`, tool `
 - fastmcp:  `bench/fastmcp_proxy.py`, FastMCP's `create_proxy` over one connected upstream
             session (its fast mode); `fastmcp-fresh` (not in the default run): FastMCP's
             default, a new upstream session per request
+- gateway@NAME: the gateway of another checkout (`--gateway-checkout NAME=DIR`), in the same
+            run, to measure a change against its base
 
 over both transports:
 
@@ -42,6 +44,7 @@ after warm-up (the first sample), at the end, the drift and the maximum.
     python bench/load.py                                  # http and stdio, levels 1,10,50,200, 3 s a cell
     python bench/load.py --transports http --levels 1,10 --seconds 2 --json
     python bench/load.py --soak 600 --rate 200
+    python bench/load.py --gateway-checkout base=/tmp/gw-base --paths direct,gateway@base,gateway
 
 Every process it starts is stopped when the run ends, also on error, timeout (`--timeout`)
 or SIGTERM.
@@ -369,7 +372,9 @@ class Processes:
         pids = [p.pid for p in self.started]
         return pids + [kid for pid in pids for kid in children(pid)]
 
-    async def spawn(self, argv: list[str], env: dict[str, str], *, stdio: bool) -> asyncio.subprocess.Process:
+    async def spawn(
+        self, argv: list[str], env: dict[str, str], *, stdio: bool, cwd: Path = REPO
+    ) -> asyncio.subprocess.Process:
         """Start `argv` in a new process group: stdin/stdout piped (stdio) or stdout and stderr piped."""
         pipe, devnull = asyncio.subprocess.PIPE, asyncio.subprocess.DEVNULL
         process = await asyncio.create_subprocess_exec(
@@ -378,7 +383,7 @@ class Processes:
             stdout=pipe,
             stderr=devnull if stdio else pipe,
             env=env,
-            cwd=REPO,
+            cwd=cwd,
             start_new_session=True,
             limit=1 << 24,
         )
@@ -412,11 +417,13 @@ async def _stop(process: asyncio.subprocess.Process) -> None:
         pass
 
 
-async def _spawn_http(processes: Processes, argv: list[str], env: dict[str, str], prefix: str) -> tuple[int, str]:
+async def _spawn_http(
+    processes: Processes, argv: list[str], env: dict[str, str], prefix: str, cwd: Path = REPO
+) -> tuple[int, str]:
     """Start an HTTP server that prints `prefix<rest>` on stdout or stderr once it listens; return pid and rest.
 
     Both pipes are drained after that, so a chatty server does not block on a full pipe."""
-    process = await processes.spawn(argv, env, stdio=False)
+    process = await processes.spawn(argv, env, stdio=False, cwd=cwd)
     lines: asyncio.Queue[str] = asyncio.Queue()
 
     async def pump(stream: asyncio.StreamReader | None) -> None:
@@ -441,32 +448,62 @@ def _demo_command(transport: str, name: str) -> list[str]:
     return [sys.executable, str(DEMO_SERVER), transport, "--name", name]
 
 
-def _gateway_command(config: Path, transport: str) -> list[str]:
-    return [sys.executable, "-m", "gateway", "--config", str(config), "serve", "--transport", transport]
+@dataclass(frozen=True)
+class Checkout:
+    """Where a gateway path's `python -m gateway` runs from: this repository, or another checkout
+    (`--gateway-checkout NAME=DIR`, path `gateway@NAME`) with its own `.venv` if it has one."""
+
+    root: Path
+
+    @property
+    def python(self) -> str:
+        venv = self.root / ".venv" / "bin" / "python"
+        return str(venv) if venv.exists() else sys.executable
+
+    def env(self, base: dict[str, str]) -> dict[str, str]:
+        extra = {"PYTHONPATH": str(self.root)}
+        if self.root != REPO:
+            extra["PYTHONDONTWRITEBYTECODE"] = "1"  # leave the other checkout as it is
+        return base | extra
+
+    def command(self, config: Path, transport: str) -> list[str]:
+        return [self.python, "-m", "gateway", "--config", str(config), "serve", "--transport", transport]
 
 
-async def _spawn_stdio(processes: Processes, argv: list[str], env: dict[str, str]) -> StdioConnection:
-    process = await processes.spawn(argv, env, stdio=True)
+async def _spawn_stdio(processes: Processes, argv: list[str], env: dict[str, str], cwd: Path = REPO) -> StdioConnection:
+    process = await processes.spawn(argv, env, stdio=True, cwd=cwd)
     connection = StdioConnection(process)
     processes.tasks.append(connection.reader_task)
     await asyncio.wait_for(connection.open(), 120)
     return connection
 
 
-async def start_targets(transports: list[str], paths: list[str], workdir: Path, processes: Processes) -> list[Target]:
+def _env(workdir: Path) -> dict[str, str]:
+    """The environment of every process it starts: a gateway's, with its own data dir under `workdir`."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    return gateway_env(workdir) | NO_EMBEDDINGS | QUIET_ENV
+
+
+async def start_targets(
+    transports: list[str], paths: list[str], workdir: Path, processes: Processes, checkouts: dict[str, Checkout]
+) -> list[Target]:
+    """Start the processes of every path over every transport; return the targets in `paths` order."""
     targets: list[Target] = []
     if "http" in transports:
-        env = gateway_env(workdir / "http") | NO_EMBEDDINGS | QUIET_ENV
+        env = _env(workdir / "http")
         upstream, port = await _spawn_http(processes, _demo_command("http", "up"), env, "PORT=")
         upstream_url = f"http://127.0.0.1:{port}/mcp"
         up = {"upstream": upstream}
         for path in paths:
             if path == "direct":
                 targets.append(Target("http", path, "echo", _http_factory(upstream_url), dict(up)))
-            elif path == "gateway":
-                config = write_config(workdir / "gateway-http.yaml", f"mcps:\n  up:\n    url: {upstream_url}\n")
-                argv = [*_gateway_command(config, "http"), "--port", "0"]
-                gateway, url = await _spawn_http(processes, argv, env, "mcp-gateway: serving on ")
+            elif path.startswith("gateway"):
+                checkout = checkouts[path.partition("@")[2]]
+                gw_dir = workdir / f"http-{path}"
+                gw_env = checkout.env(_env(gw_dir))
+                config = write_config(gw_dir / "gw.yaml", f"mcps:\n  up:\n    url: {upstream_url}\n")
+                argv = [*checkout.command(config, "http"), "--port", "0"]
+                gateway, url = await _spawn_http(processes, argv, gw_env, "mcp-gateway: serving on ", checkout.root)
                 targets.append(Target("http", path, "up__echo", _http_factory(url), {"gateway": gateway} | up))
             else:
                 fresh = ["--fresh"] if path.endswith("fresh") else []
@@ -475,23 +512,24 @@ async def start_targets(transports: list[str], paths: list[str], workdir: Path, 
                 url = f"http://127.0.0.1:{port}/mcp"
                 targets.append(Target("http", path, "echo", _http_factory(url), {"proxy": proxy} | up))
     if "stdio" in transports:
-        env = gateway_env(workdir / "stdio") | NO_EMBEDDINGS | QUIET_ENV
         for path in paths:
+            env, cwd = _env(workdir / f"stdio-{path}"), REPO
             if path == "direct":
                 argv, tool, role = _demo_command("stdio", "up"), "echo", "upstream"
-            elif path == "gateway":
+            elif path.startswith("gateway"):
+                checkout = checkouts[path.partition("@")[2]]
                 command = _demo_command("stdio", "up")
                 config = write_config(
-                    workdir / "gateway-stdio.yaml",
+                    workdir / f"stdio-{path}" / "gw.yaml",
                     f"mcps:\n  up:\n    command: {json.dumps(command[0])}\n    args: {json.dumps(command[1:])}\n",
                 )
-                argv = _gateway_command(config, "stdio")
+                argv, env, cwd = checkout.command(config, "stdio"), checkout.env(env), checkout.root
                 tool, role = "up__echo", "gateway"
             else:
                 fresh = ["--fresh"] if path.endswith("fresh") else []
                 argv = [sys.executable, str(PROXY_SCRIPT), "stdio", *fresh, "--", *_demo_command("stdio", "up")]
                 tool, role = "echo", "proxy"
-            connection = await _spawn_stdio(processes, argv, env)
+            connection = await _spawn_stdio(processes, argv, env, cwd)
             await asyncio.wait_for(connection.call(tool, {"text": "warm"}), 60)
             roles = {role: connection.process.pid}
             if role != "upstream":
@@ -803,12 +841,12 @@ async def _run(args: argparse.Namespace, processes: Processes) -> dict[str, Any]
     with tempfile.TemporaryDirectory(prefix="mcp-gateway-load-") as tmp:
         workdir = Path(tmp)
         if args.soak:
-            targets = await start_targets([args.soak_transport], ["gateway"], workdir, processes)
+            targets = await start_targets([args.soak_transport], [args.soak_path], workdir, processes, args.checkouts)
             result: dict[str, Any] = {"benchmark": "load-soak", "machine_start": machine()}
             result["sample_every_s"] = args.sample_every
             result |= await run_soak(args, targets[0])
         else:
-            targets = await start_targets(args.transports, args.paths, workdir, processes)
+            targets = await start_targets(args.transports, args.paths, workdir, processes, args.checkouts)
             result = {
                 "benchmark": "load",
                 "machine_start": machine(),
@@ -839,26 +877,38 @@ def _levels(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
-def _names(allowed: tuple[str, ...]) -> Callable[[str], list[str]]:
-    def parse(text: str) -> list[str]:
-        names = [x.strip() for x in text.split(",") if x.strip()]
-        for name in names:
-            if name not in allowed:
-                raise argparse.ArgumentTypeError(f"{name!r} is not one of {', '.join(allowed)}")
-        return names
+def _names(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
 
-    return parse
+
+def _checkout_arg(text: str) -> tuple[str, Checkout]:
+    name, sep, directory = text.partition("=")
+    root = Path(directory).resolve()
+    if not sep or not name.isidentifier() or not (root / "gateway" / "__main__.py").exists():
+        raise argparse.ArgumentTypeError(f"{text!r}: NAME=DIR, DIR a checkout of mcp-gateway")
+    return name, Checkout(root)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--levels", type=_levels, default=[1, 10, 50, 200], help="concurrent sessions (1,10,50,200)")
-    parser.add_argument("--transports", type=_names(TRANSPORTS), default=list(TRANSPORTS), help="http,stdio")
-    parser.add_argument("--paths", type=_names(PATHS), default=list(DEFAULT_PATHS), help="direct,gateway,fastmcp")
+    parser.add_argument("--transports", type=_names, default=list(TRANSPORTS), help="http,stdio")
+    parser.add_argument(
+        "--paths", type=_names, help="of direct,gateway,fastmcp,fastmcp-fresh,gateway@NAME (direct,gateway,fastmcp)"
+    )
+    parser.add_argument(
+        "--gateway-checkout",
+        type=_checkout_arg,
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="also path gateway@NAME: the gateway of another checkout (its .venv), in the same run",
+    )
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per cell (3)")
     parser.add_argument("--rounds", type=int, default=1, help="turns per path and level, summed (1)")
     parser.add_argument("--soak", type=float, default=0.0, metavar="SECONDS", help="soak through the gateway instead")
     parser.add_argument("--soak-transport", choices=TRANSPORTS, default="http", help="transport of the soak (http)")
+    parser.add_argument("--soak-path", default="gateway", help="soak: gateway or gateway@NAME (gateway)")
     parser.add_argument("--rate", type=float, default=200.0, help="soak: calls per second (200)")
     parser.add_argument("--sessions", type=int, default=10, help="soak: concurrent sessions sharing the rate (10)")
     parser.add_argument("--sample-every", type=float, default=5.0, help="soak: seconds between samples (5)")
@@ -870,6 +920,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", action="store_true", help="also print one JSON object, last on stdout")
     parser.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
     args = parser.parse_args(argv)
+    args.checkouts = {"": Checkout(REPO)} | dict(args.gateway_checkout)
+    gateways = [f"gateway@{name}" for name in args.checkouts if name]
+    if args.paths is None:
+        args.paths = [*DEFAULT_PATHS[:2], *gateways, *DEFAULT_PATHS[2:]]
+    for name in args.transports:
+        if name not in TRANSPORTS:
+            parser.error(f"--transports: {name!r} is not one of {', '.join(TRANSPORTS)}")
+    for name in [*args.paths, args.soak_path]:
+        if name not in (*PATHS, *gateways):
+            parser.error(f"--paths: {name!r} is not one of {', '.join((*PATHS, *gateways))}")
+    if not args.soak_path.startswith("gateway"):
+        parser.error("--soak-path: a gateway")
     if args.warmup is None:
         args.warmup = min(60.0, args.soak / 10)
     needs_fastmcp = not args.soak and any(p.startswith("fastmcp") for p in args.paths)

@@ -96,11 +96,12 @@ def test_a_short_run_reports_every_path_over_http_and_stdio_and_stops_its_proces
 
 
 def test_a_short_soak_samples_the_gateways_memory_and_file_descriptors() -> None:
-    done, marker = _run(
-        "--soak", "2", "--rate", "50", "--sessions", "2", "--sample-every", "0.5", "--json", "--timeout", "45"
-    )
+    """Through the gateway of a checkout named on the command line (this one): `gateway@NAME`."""
+    soak = ["--soak", "2", "--rate", "50", "--sessions", "2", "--sample-every", "0.5"]
+    done, marker = _run(*soak, f"--gateway-checkout=here={REPO}", "--soak-path=gateway@here", "--json", "--timeout=45")
     assert done.returncode == 0, done.stderr[-3000:]
     result = _last_json(done.stdout)
+    assert result["row"]["path"] == "gateway@here"
     assert result["row"]["errors"] == 0, result["row"]["first_error"]
     assert result["row"]["calls"] >= 20
     assert len(result["samples"]) >= 2
