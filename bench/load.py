@@ -13,8 +13,8 @@ Paths, each to the same trivial upstream (`tests/servers/demo_server.py`, tool `
 
 over both transports:
 
-- http:  streamable HTTP. The upstream is one `demo_server.py http` process shared by the
-         three paths; the gateway and the proxy reach it over HTTP. A session is one
+- http:  streamable HTTP. The upstream is one `demo_server.py http` process shared by all
+         the paths; the gateway and the proxy reach it over HTTP. A session is one
          keep-alive TCP connection (TCP_NODELAY) with its own `Mcp-Session-Id`, opened with
          the `initialize` / `notifications/initialized` handshake, then calling `tools/call`
          one call after another. N sessions = N connections, N calls in flight.
@@ -38,8 +38,8 @@ stdio paths, the child of the gateway or the proxy), each read from `/proc/<pid>
 
 `--soak SECONDS` instead calls the gateway at a steady `--rate` for that long and samples
 its RSS (`/proc/<pid>/status` VmRSS) and open file descriptors (`/proc/<pid>/fd`) every
-`--sample-every` seconds, with the p50 and errors of each interval; it reports the value
-after warm-up (the first sample), at the end, the drift and the maximum.
+`--sample-every` seconds, with the p50 and errors of each interval; it reports the first
+sample after `--warmup`, the last, the drift between them and the maximum.
 
     python bench/load.py                                  # http and stdio, levels 1,10,50,200, 3 s a cell
     python bench/load.py --transports http --levels 1,10 --seconds 2 --json
@@ -209,6 +209,9 @@ class HttpSession:
         except (asyncio.IncompleteReadError, ConnectionError, ValueError, IndexError) as exc:
             self._drop()
             raise CallError(f"connection: {exc!r:.200}") from exc
+        except asyncio.CancelledError:  # a call timed out mid-response: the connection is out of step
+            self._drop()
+            raise
         if headers.get("connection", "").lower() == "close":
             self._drop()
         if status >= 300:
@@ -291,6 +294,7 @@ class StdioConnection:
         self.stdout = process.stdout
         self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self.ids = itertools.count(1)
+        self.closed = False
         self.reader_task = asyncio.create_task(self._read())
 
     async def _read(self) -> None:
@@ -305,17 +309,23 @@ class StdioConnection:
                 if waiter is not None and not waiter.done():
                     waiter.set_result(message)
         finally:
+            self.closed = True
             for waiter in self.pending.values():
                 if not waiter.done():
                     waiter.set_exception(CallError("the process closed its stdout"))
             self.pending.clear()
 
     async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        if self.closed:
+            raise CallError("the process closed its stdout")
         id_ = next(self.ids)
         waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self.pending[id_] = waiter
         self.stdin.write(json.dumps(_request(id_, method, params)).encode() + b"\n")
-        return _check_result(await waiter)
+        try:
+            return _check_result(await waiter)
+        finally:
+            self.pending.pop(id_, None)  # answered, or timed out: a late answer is dropped
 
     async def open(self) -> None:
         await self.request("initialize", INITIALIZE)
