@@ -543,9 +543,9 @@ async def start_targets(
             await asyncio.wait_for(connection.call(tool, {"text": "warm"}), 60)
             roles = {role: connection.process.pid}
             if role != "upstream":
-                upstream = _find_upstream(connection.process.pid)
-                if upstream is not None:
-                    roles["upstream"] = upstream
+                child = _find_upstream(connection.process.pid)
+                if child is not None:
+                    roles["upstream"] = child
             targets.append(Target("stdio", path, tool, _stdio_factory(connection), roles))
     return targets
 
@@ -597,6 +597,7 @@ class Cell:
             "seconds": round(self.seconds, 3),
             "calls_per_s": round(self.calls / self.seconds, 1) if self.seconds else 0.0,
             "p50_ms": _ms(_percentile(lat, 50)),
+            "p95_ms": _ms(_percentile(lat, 95)),
             "p99_ms": _ms(_percentile(lat, 99)),
             "cpu_total_ms_per_call": round(sum(ms for _, ms in cpu) / self.calls, 3) if self.calls else None,
             "cpu_ms_per_call": {role: round(ms / self.calls, 3) if self.calls else None for role, ms in cpu},
@@ -689,6 +690,16 @@ async def run_matrix(args: argparse.Namespace, targets: list[Target]) -> list[Ce
                         row = cells[(target.name, n)].row()
                         print(f"  {target.name} x{n}: {row['calls_per_s']} calls/s", file=sys.stderr, flush=True)
     return list(cells.values())
+
+
+def _with_added_latency(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each row's `added_p50_ms`: its p50 minus the direct path's at the same transport and level."""
+    direct = {(r["transport"], r["sessions"]): r["p50_ms"] for r in rows if r["path"] == "direct"}
+    for row in rows:
+        base = direct.get((row["transport"], row["sessions"]))
+        known = base is not None and row["p50_ms"] is not None
+        row["added_p50_ms"] = round(row["p50_ms"] - base, 3) if known and row["path"] != "direct" else None
+    return rows
 
 
 # --- soak ---------------------------------------------------------------------------------
@@ -804,15 +815,18 @@ def _num(value: float | None, width: int, digits: int) -> str:
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     cpu_heads = "".join(f" {role:>8}" for role in (*ROLES, "all"))
-    print(f"{'transport':9} {'path':13} {'N':>4} {'calls/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6} |{cpu_heads}")
+    heads = f"{'calls/s':>8} {'p50 ms':>8} {'+direct':>8} {'p95 ms':>8} {'p99 ms':>8} {'errors':>6}"
+    print(f"{'transport':9} {'path':13} {'N':>4} {heads} |{cpu_heads}")
     for row in rows:
         cpu = row["cpu_ms_per_call"]
         cells = "".join(" " + _num(cpu.get(r), 8, 3) for r in ROLES) + " " + _num(row["cpu_total_ms_per_call"], 8, 3)
         print(
             f"{row['transport']:9} {row['path']:13} {row['sessions']:>4} {row['calls_per_s']:>8.1f}"
-            f" {_num(row['p50_ms'], 8, 2)} {_num(row['p99_ms'], 8, 2)} {row['errors']:>6} |{cells}"
+            f" {_num(row['p50_ms'], 8, 2)} {_num(row['added_p50_ms'], 8, 2)} {_num(row['p95_ms'], 8, 2)}"
+            f" {_num(row['p99_ms'], 8, 2)} {row['errors']:>6} |{cells}"
         )
-    print("(CPU: milliseconds of CPU per call of each process, utime+stime from /proc/<pid>/stat; all: their sum)")
+    print("(+direct: p50 minus direct's p50 at the same N and transport, the latency a hop adds;")
+    print(" CPU: milliseconds of CPU per call of each process, utime+stime from /proc/<pid>/stat; all: their sum)")
     for row in rows:
         if row["first_error"]:
             print(f"first error {row['transport']}/{row['path']} x{row['sessions']}: {row['first_error']}")
@@ -864,7 +878,7 @@ async def _run(args: argparse.Namespace, processes: Processes) -> dict[str, Any]
                 "seconds": args.seconds,
                 "rounds": args.rounds,
             }
-            result["rows"] = [cell.row() for cell in await run_matrix(args, targets)]
+            result["rows"] = _with_added_latency([cell.row() for cell in await run_matrix(args, targets)])
         result["machine_end"] = machine()
         result["pids"] = processes.pids()
         return result

@@ -84,7 +84,11 @@ def test_a_short_run_reports_every_path_over_http_and_stdio_and_stops_its_proces
     for key, row in rows.items():
         assert row["errors"] == 0, (key, row["first_error"])
         assert row["calls"] > 0 and row["calls_per_s"] > 0, key
-        assert 0 < row["p50_ms"] <= row["p99_ms"] < 10_000, key
+        assert 0 < row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"] < 10_000, key
+        if row["path"] == "direct":
+            assert row["added_p50_ms"] is None
+        else:
+            assert row["added_p50_ms"] == round(row["p50_ms"] - rows[(key[0], "direct", key[2])]["p50_ms"], 3)
         assert abs(row["calls_per_s"] - row["calls"] / row["seconds"]) < 0.01 * row["calls_per_s"] + 0.1, key
         roles = {"loadgen", "upstream"} | {"direct": set(), "gateway": {"gateway"}, "fastmcp": {"proxy"}}[row["path"]]
         assert set(row["cpu_ms_per_call"]) == roles, key
