@@ -1,0 +1,754 @@
+"""Load generator: N concurrent sessions of tool calls, direct, through the gateway, through FastMCP's proxy.
+
+Paths, each to the same trivial upstream (`tests/servers/demo_server.py`, tool `echo`):
+
+- direct:   the client talks to the upstream itself
+- gateway:  `python -m gateway serve` (BM25 only, `GATEWAY_EMBEDDING__ENABLED=false`) with the
+            upstream in its YAML config, tool `up__echo`
+- fastmcp:  `bench/fastmcp_proxy.py`, FastMCP's `create_proxy` over one connected upstream
+            session (its fast mode); `fastmcp-fresh` (not in the default run): FastMCP's
+            default, a new upstream session per request
+- gateway@NAME: the gateway of another checkout (`--gateway-checkout NAME=DIR`), in the same
+            run, to measure a change against its base
+
+over both transports:
+
+- http:  streamable HTTP. The upstream is one `demo_server.py http` process shared by all
+         the paths; the gateway and the proxy reach it over HTTP. A session is one
+         keep-alive TCP connection (TCP_NODELAY) with its own `Mcp-Session-Id`, opened with
+         the `initialize` / `notifications/initialized` handshake, then calling `tools/call`
+         one call after another. N sessions = N connections, N calls in flight.
+- stdio: each path is one child process spoken to over its stdin/stdout (newline-delimited
+         JSON-RPC): the upstream itself, the gateway with the upstream as its stdio child, or
+         the proxy with the upstream as its stdio child. N sessions = N requests outstanding
+         at once on that one stdio connection (one MCP session), each answered before its
+         "session" sends the next; one process per session would measure process startup.
+
+The client is hand-written on asyncio (`bench/mcp_wire.py`: raw sockets and pipes, a few
+lines of HTTP/1.1 and SSE parsing, `json`), so that it costs little of the CPU it
+measures: httpx or the SDK's client would use most of a core by themselves.
+
+For each level of concurrency (`--levels`) the paths take turns, the order rotated every
+level and every round (`--rounds`), so the machine's noise falls on all of them alike. A
+cell opens N sessions, makes one unmeasured call on each, then calls for `--seconds` and
+reports calls/s, p50 and p99 latency, errors, and the CPU milliseconds per call of every
+process involved: the load generator itself, the gateway, the proxy, the upstream (for the
+stdio paths, the child of the gateway or the proxy), each read from `/proc/<pid>/stat`
+(utime + stime) before and after the window.
+
+`--soak SECONDS` instead calls the gateway at a steady `--rate` for that long and samples
+its RSS (`/proc/<pid>/status` VmRSS) and open file descriptors (`/proc/<pid>/fd`) every
+`--sample-every` seconds, with the p50 and errors of each interval; it reports the first
+sample after `--warmup`, the last, the drift between them and the maximum.
+
+    python bench/load.py                                  # http and stdio, levels 1,10,50,200, 3 s a cell
+    python bench/load.py --transports http --levels 1,10 --seconds 2 --json
+    python bench/load.py --soak 600 --rate 200
+    python bench/load.py --gateway-checkout base=/tmp/gw-base --paths direct,gateway@base,gateway
+
+Every process it starts is stopped when the run ends, also on error, timeout (`--timeout`)
+or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import platform
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.mcp_wire import CallError, HttpSession, Session, StdioConnection, StdioSession  # noqa: E402
+from tests.conftest import DEMO_SERVER, NO_EMBEDDINGS, gateway_env, write_config  # noqa: E402
+
+PROXY_SCRIPT = Path(__file__).with_name("fastmcp_proxy.py")
+PATHS = ("direct", "gateway", "fastmcp", "fastmcp-fresh")
+DEFAULT_PATHS = ("direct", "gateway", "fastmcp")
+TRANSPORTS = ("http", "stdio")
+TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
+CALL_TIMEOUT = 30.0
+QUIET_ENV = {"FASTMCP_LOG_LEVEL": "WARNING", "FASTMCP_SHOW_SERVER_BANNER": "false"}
+
+
+# --- /proc ------------------------------------------------------------------------------
+
+
+def cpu_ms(pid: int) -> float:
+    """utime + stime of a live process (all its threads), in milliseconds; 0 once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) * TICK_MS
+
+
+def children(pid: int) -> list[int]:
+    """The live descendants of a process (children of every thread, then theirs)."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tasks:
+        try:
+            kids = Path(f"/proc/{pid}/task/{tid}/children").read_text().split()
+        except OSError:
+            continue
+        for kid in map(int, kids):
+            found += [kid, *children(kid)]
+    return found
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+# --- the targets: the processes of one path over one transport ---------------------------
+
+
+@dataclass
+class Target:
+    transport: str
+    path: str
+    tool: str
+    new_session: Callable[[], Session]
+    roles: dict[str, int]
+    """Process role (gateway, proxy, upstream) -> pid, whose CPU a cell reports."""
+
+    @property
+    def name(self) -> str:
+        return f"{self.transport}/{self.path}"
+
+
+@dataclass
+class Processes:
+    """Every process this run started (each the leader of its own process group), and their pipe readers."""
+
+    started: list[asyncio.subprocess.Process] = field(default_factory=list)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def pids(self) -> list[int]:
+        pids = [p.pid for p in self.started]
+        return pids + [kid for pid in pids for kid in children(pid)]
+
+    async def spawn(
+        self, argv: list[str], env: dict[str, str], *, stdio: bool, cwd: Path = REPO
+    ) -> asyncio.subprocess.Process:
+        """Start `argv` in a new process group: stdin/stdout piped (stdio) or stdout and stderr piped."""
+        pipe, devnull = asyncio.subprocess.PIPE, asyncio.subprocess.DEVNULL
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=pipe if stdio else devnull,
+            stdout=pipe,
+            stderr=devnull if stdio else pipe,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+            limit=1 << 24,
+        )
+        self.started.append(process)
+        return process
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*(_stop(process) for process in reversed(self.started)))
+
+
+async def _stop(process: asyncio.subprocess.Process) -> None:
+    """Close its stdin (an MCP server's cue to exit), then SIGTERM, then SIGKILL its process group."""
+    if process.returncode is None and process.stdin is not None:
+        process.stdin.close()
+    for sig in (None, signal.SIGTERM, signal.SIGKILL):
+        if sig is not None:
+            try:
+                os.killpg(process.pid, sig)
+            except ProcessLookupError:
+                pass
+        try:
+            await asyncio.wait_for(process.wait(), 0.5 if sig is None and process.stdin is None else 5)
+        except TimeoutError:
+            continue
+        break
+    try:  # the group's other members (the upstream child) too, if any outlived their parent
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+async def _spawn_http(
+    processes: Processes, argv: list[str], env: dict[str, str], prefix: str, cwd: Path = REPO
+) -> tuple[int, str]:
+    """Start an HTTP server that prints `prefix<rest>` on stdout or stderr once it listens; return pid and rest.
+
+    Both pipes are drained after that, so a chatty server does not block on a full pipe."""
+    process = await processes.spawn(argv, env, stdio=False, cwd=cwd)
+    lines: asyncio.Queue[str] = asyncio.Queue()
+
+    async def pump(stream: asyncio.StreamReader | None) -> None:
+        while stream is not None and (line := await stream.readline()):
+            lines.put_nowait(line.decode(errors="replace"))
+        lines.put_nowait("")
+
+    processes.tasks += [asyncio.create_task(pump(process.stdout)), asyncio.create_task(pump(process.stderr))]
+    seen: list[str] = []
+    eofs = 0
+    async with asyncio.timeout(120):
+        while eofs < 2:
+            line = await lines.get()
+            if line.startswith(prefix):
+                return process.pid, line[len(prefix) :].strip()
+            eofs += not line
+            seen.append(line)
+    raise RuntimeError(f"{argv[1:4]} exited without printing {prefix!r}: {''.join(seen)[-2000:]}")
+
+
+def _demo_command(transport: str, name: str) -> list[str]:
+    return [sys.executable, str(DEMO_SERVER), transport, "--name", name]
+
+
+@dataclass(frozen=True)
+class Checkout:
+    """Where a gateway path's `python -m gateway` runs from: this repository, or another checkout
+    (`--gateway-checkout NAME=DIR`, path `gateway@NAME`) with its own `.venv` if it has one."""
+
+    root: Path
+
+    @property
+    def python(self) -> str:
+        venv = self.root / ".venv" / "bin" / "python"
+        return str(venv) if venv.exists() else sys.executable
+
+    def env(self, base: dict[str, str]) -> dict[str, str]:
+        extra = {"PYTHONPATH": str(self.root)}
+        if self.root != REPO:
+            extra["PYTHONDONTWRITEBYTECODE"] = "1"  # leave the other checkout as it is
+        return base | extra
+
+    def command(self, config: Path, transport: str) -> list[str]:
+        return [self.python, "-m", "gateway", "--config", str(config), "serve", "--transport", transport]
+
+
+async def _spawn_stdio(processes: Processes, argv: list[str], env: dict[str, str], cwd: Path = REPO) -> StdioConnection:
+    process = await processes.spawn(argv, env, stdio=True, cwd=cwd)
+    connection = StdioConnection(process)
+    processes.tasks.append(connection.reader_task)
+    await asyncio.wait_for(connection.open(), 120)
+    return connection
+
+
+def _env(workdir: Path) -> dict[str, str]:
+    """The environment of every process it starts: a gateway's, with its own data dir under `workdir`."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    return gateway_env(workdir) | NO_EMBEDDINGS | QUIET_ENV
+
+
+async def start_targets(
+    transports: list[str], paths: list[str], workdir: Path, processes: Processes, checkouts: dict[str, Checkout]
+) -> list[Target]:
+    """Start the processes of every path over every transport; return the targets in `paths` order."""
+    targets: list[Target] = []
+    if "http" in transports:
+        env = _env(workdir / "http")
+        upstream, port = await _spawn_http(processes, _demo_command("http", "up"), env, "PORT=")
+        upstream_url = f"http://127.0.0.1:{port}/mcp"
+        up = {"upstream": upstream}
+        for path in paths:
+            if path == "direct":
+                targets.append(Target("http", path, "echo", _http_factory(upstream_url), dict(up)))
+            elif path.startswith("gateway"):
+                checkout = checkouts[path.partition("@")[2]]
+                gw_dir = workdir / f"http-{path}"
+                gw_env = checkout.env(_env(gw_dir))
+                config = write_config(gw_dir / "gw.yaml", f"mcps:\n  up:\n    url: {upstream_url}\n")
+                argv = [*checkout.command(config, "http"), "--port", "0"]
+                gateway, url = await _spawn_http(processes, argv, gw_env, "mcp-gateway: serving on ", checkout.root)
+                targets.append(Target("http", path, "up__echo", _http_factory(url), {"gateway": gateway} | up))
+            else:
+                fresh = ["--fresh"] if path.endswith("fresh") else []
+                argv = [sys.executable, str(PROXY_SCRIPT), "http", "--url", upstream_url, *fresh]
+                proxy, port = await _spawn_http(processes, argv, env, "PORT=")
+                url = f"http://127.0.0.1:{port}/mcp"
+                targets.append(Target("http", path, "echo", _http_factory(url), {"proxy": proxy} | up))
+    if "stdio" in transports:
+        for path in paths:
+            env, cwd = _env(workdir / f"stdio-{path}"), REPO
+            if path == "direct":
+                argv, tool, role = _demo_command("stdio", "up"), "echo", "upstream"
+            elif path.startswith("gateway"):
+                checkout = checkouts[path.partition("@")[2]]
+                command = _demo_command("stdio", "up")
+                config = write_config(
+                    workdir / f"stdio-{path}" / "gw.yaml",
+                    f"mcps:\n  up:\n    command: {json.dumps(command[0])}\n    args: {json.dumps(command[1:])}\n",
+                )
+                argv, env, cwd = checkout.command(config, "stdio"), checkout.env(env), checkout.root
+                tool, role = "up__echo", "gateway"
+            else:
+                fresh = ["--fresh"] if path.endswith("fresh") else []
+                argv = [sys.executable, str(PROXY_SCRIPT), "stdio", *fresh, "--", *_demo_command("stdio", "up")]
+                tool, role = "echo", "proxy"
+            connection = await _spawn_stdio(processes, argv, env, cwd)
+            await asyncio.wait_for(connection.call(tool, {"text": "warm"}), 60)
+            roles = {role: connection.process.pid}
+            if role != "upstream":
+                child = _find_upstream(connection.process.pid)
+                if child is not None:
+                    roles["upstream"] = child
+            targets.append(Target("stdio", path, tool, _stdio_factory(connection), roles))
+    return targets
+
+
+def _find_upstream(pid: int) -> int | None:
+    """The demo server among a process's descendants (the gateway's or the proxy's stdio child)."""
+    for kid in children(pid):
+        try:
+            if str(DEMO_SERVER).encode() in Path(f"/proc/{kid}/cmdline").read_bytes():
+                return kid
+        except OSError:
+            continue
+    return None
+
+
+def _http_factory(url: str) -> Callable[[], Session]:
+    return lambda: HttpSession(url)
+
+
+def _stdio_factory(connection: StdioConnection) -> Callable[[], Session]:
+    return lambda: StdioSession(connection)
+
+
+# --- a cell: one target at one level of concurrency --------------------------------------
+
+
+@dataclass
+class Cell:
+    transport: str
+    path: str
+    sessions: int
+    calls: int = 0
+    errors: int = 0
+    seconds: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+    cpu: dict[str, float] = field(default_factory=dict)
+    """Role -> CPU milliseconds over the measured windows."""
+    first_error: str = ""
+
+    def row(self) -> dict[str, Any]:
+        lat = sorted(self.latencies)
+        cpu = self.cpu.items()
+        return {
+            "transport": self.transport,
+            "path": self.path,
+            "sessions": self.sessions,
+            "calls": self.calls,
+            "errors": self.errors,
+            "seconds": round(self.seconds, 3),
+            "calls_per_s": round(self.calls / self.seconds, 1) if self.seconds else 0.0,
+            "p50_ms": _ms(_percentile(lat, 50)),
+            "p95_ms": _ms(_percentile(lat, 95)),
+            "p99_ms": _ms(_percentile(lat, 99)),
+            "cpu_total_ms_per_call": round(sum(ms for _, ms in cpu) / self.calls, 3) if self.calls else None,
+            "cpu_ms_per_call": {role: round(ms / self.calls, 3) if self.calls else None for role, ms in cpu},
+            "first_error": self.first_error,
+        }
+
+
+def _ms(value: float) -> float | None:
+    """Milliseconds rounded to the microsecond; None (JSON null) where there were no calls."""
+    return round(value, 3) if value == value else None
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    pos = (len(sorted_values) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def _cpu_snapshot(target: Target) -> dict[str, float]:
+    return {"loadgen": cpu_ms(os.getpid())} | {role: cpu_ms(pid) for role, pid in target.roles.items()}
+
+
+async def _open_sessions(target: Target, n: int, cell: Cell) -> list[Session]:
+    sessions = [target.new_session() for _ in range(n)]
+    opened: list[Session] = []
+
+    async def open_one(session: Session) -> None:
+        try:
+            await asyncio.wait_for(session.open(), CALL_TIMEOUT)
+            await asyncio.wait_for(session.call(target.tool, {"text": "warm"}), CALL_TIMEOUT)
+            opened.append(session)
+        except (CallError, OSError, TimeoutError) as exc:
+            cell.errors += 1
+            cell.first_error = cell.first_error or f"open: {exc!r:.300}"
+            await session.close()
+
+    for start in range(0, n, 50):  # at most 50 handshakes at once, as a crowd of agents would not all start at once
+        await asyncio.gather(*(open_one(s) for s in sessions[start : start + 50]))
+    return opened
+
+
+async def run_cell(target: Target, n: int, seconds: float, cell: Cell) -> None:
+    sessions = await _open_sessions(target, n, cell)
+    try:
+        if not sessions:
+            return
+        before = _cpu_snapshot(target)
+        started = time.perf_counter()
+        deadline = started + seconds
+
+        async def worker(session: Session, k: int) -> None:
+            i = 0
+            while time.perf_counter() < deadline:
+                i += 1
+                t0 = time.perf_counter()
+                try:
+                    async with asyncio.timeout(CALL_TIMEOUT):  # a timer, not a task per call as wait_for makes
+                        await session.call(target.tool, {"text": f"s{k} c{i}"})
+                except (CallError, OSError, TimeoutError) as exc:
+                    cell.errors += 1
+                    cell.first_error = cell.first_error or f"call: {exc!r:.300}"
+                    continue
+                cell.latencies.append((time.perf_counter() - t0) * 1000)
+                cell.calls += 1
+
+        await asyncio.gather(*(worker(s, k) for k, s in enumerate(sessions)))
+        cell.seconds += time.perf_counter() - started
+        after = _cpu_snapshot(target)
+        for role, ms in after.items():
+            cell.cpu[role] = cell.cpu.get(role, 0.0) + ms - before[role]
+    finally:
+        await asyncio.gather(*(s.close() for s in sessions))
+
+
+async def run_matrix(args: argparse.Namespace, targets: list[Target]) -> list[Cell]:
+    cells = {(t.name, n): Cell(t.transport, t.path, n) for t in targets for n in args.levels}
+    turn = 0
+    for transport in args.transports:
+        group = [t for t in targets if t.transport == transport]
+        for n in args.levels:
+            for _ in range(args.rounds):
+                order = group[turn % len(group) :] + group[: turn % len(group)]
+                turn += 1
+                for target in order:
+                    await run_cell(target, n, args.seconds, cells[(target.name, n)])
+                    if args.verbose:
+                        row = cells[(target.name, n)].row()
+                        print(f"  {target.name} x{n}: {row['calls_per_s']} calls/s", file=sys.stderr, flush=True)
+    return list(cells.values())
+
+
+def _with_added_latency(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each row's `added_p50_ms`: its p50 minus the direct path's at the same transport and level."""
+    direct = {(r["transport"], r["sessions"]): r["p50_ms"] for r in rows if r["path"] == "direct"}
+    for row in rows:
+        base = direct.get((row["transport"], row["sessions"]))
+        known = base is not None and row["p50_ms"] is not None
+        row["added_p50_ms"] = round(row["p50_ms"] - base, 3) if known and row["path"] != "direct" else None
+    return rows
+
+
+# --- soak ---------------------------------------------------------------------------------
+
+
+async def run_soak(args: argparse.Namespace, target: Target) -> dict[str, Any]:
+    """Calls at a steady rate through `target` for `args.soak` seconds; samples the gateway's RSS and fds."""
+    gateway = target.roles["gateway"]
+    cell = Cell(target.transport, target.path, args.sessions)
+    sessions = await _open_sessions(target, args.sessions, cell)
+    if not sessions:
+        raise RuntimeError(f"no session opened: {cell.first_error}")
+    interval: list[float] = []
+    interval_errors = 0
+    samples: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    deadline = started + args.soak
+    period = len(sessions) / args.rate
+
+    async def worker(session: Session, k: int) -> None:
+        nonlocal interval_errors
+        next_at = started + k * period / len(sessions)
+        i = 0
+        while next_at < deadline and time.perf_counter() < deadline:
+            delay = next_at - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            next_at += period  # a late call is sent at once: the rate catches up while it can
+            i += 1
+            if args.reopen_every and i % args.reopen_every == 0:
+                await session.close()
+                session = target.new_session()
+                try:
+                    await asyncio.wait_for(session.open(), CALL_TIMEOUT)
+                except (CallError, OSError, TimeoutError) as exc:
+                    cell.errors += 1
+                    interval_errors += 1
+                    cell.first_error = cell.first_error or f"reopen: {exc!r:.300}"
+            t0 = time.perf_counter()
+            try:
+                async with asyncio.timeout(CALL_TIMEOUT):
+                    await session.call(target.tool, {"text": f"s{k} c{i}"})
+            except (CallError, OSError, TimeoutError) as exc:
+                cell.errors += 1
+                interval_errors += 1
+                cell.first_error = cell.first_error or f"call: {exc!r:.300}"
+                continue
+            ms = (time.perf_counter() - t0) * 1000
+            interval.append(ms)
+            cell.latencies.append(ms)
+            cell.calls += 1
+        sessions[k] = session
+
+    async def sampler() -> None:
+        nonlocal interval, interval_errors
+        while True:
+            await asyncio.sleep(args.sample_every)
+            lat, errors = sorted(interval), interval_errors
+            interval, interval_errors = [], 0
+            sample = {
+                "t_s": round(time.perf_counter() - started, 1),
+                "rss_mb": round(rss_mb(gateway), 1),
+                "fds": open_fds(gateway),
+                "calls": len(lat),
+                "p50_ms": _ms(_percentile(lat, 50)),
+                "errors": errors,
+            }
+            samples.append(sample)
+            if args.verbose:
+                print(f"  soak {sample}", file=sys.stderr, flush=True)
+
+    before = _cpu_snapshot(target)
+    sampling = asyncio.create_task(sampler())
+    try:
+        await asyncio.gather(*(worker(s, k) for k, s in enumerate(sessions)))
+    finally:
+        sampling.cancel()
+        await asyncio.gather(*(s.close() for s in sessions))
+    cell.seconds = time.perf_counter() - started
+    after = _cpu_snapshot(target)
+    cell.cpu = {role: after[role] - before[role] for role in after}
+    warm = [s for s in samples if s["t_s"] >= args.warmup] or samples[-1:]
+    summary = {key: _drift([s[key] for s in warm]) for key in ("rss_mb", "fds", "p50_ms")}
+    return {
+        "row": cell.row(),
+        "rate": args.rate,
+        "warmup_s": args.warmup,
+        "reopen_every": args.reopen_every,
+        "summary": summary,
+        "samples": samples,
+    }
+
+
+def _drift(values: list[float | None]) -> dict[str, float | None]:
+    """The first sample after warm-up, the last, their drift in percent, and the maximum after warm-up."""
+    known = [v for v in values if v is not None]  # an interval without calls has no p50
+    if not known:
+        return {"warm": None, "end": None, "drift_pct": None, "max": None}
+    warm, end = known[0], known[-1]
+    drift = round((end - warm) / warm * 100, 1) if warm else None
+    return {"warm": warm, "end": end, "drift_pct": drift, "max": max(known)}
+
+
+# --- report -------------------------------------------------------------------------------
+
+
+ROLES = ("loadgen", "gateway", "proxy", "upstream")
+
+
+def _num(value: float | None, width: int, digits: int) -> str:
+    return f"{value:>{width}.{digits}f}" if value is not None else f"{'-':>{width}}"
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    cpu_heads = "".join(f" {role:>8}" for role in (*ROLES, "all"))
+    heads = f"{'calls/s':>8} {'p50 ms':>8} {'+direct':>8} {'p95 ms':>8} {'p99 ms':>8} {'errors':>6}"
+    print(f"{'transport':9} {'path':13} {'N':>4} {heads} |{cpu_heads}")
+    for row in rows:
+        cpu = row["cpu_ms_per_call"]
+        cells = "".join(" " + _num(cpu.get(r), 8, 3) for r in ROLES) + " " + _num(row["cpu_total_ms_per_call"], 8, 3)
+        print(
+            f"{row['transport']:9} {row['path']:13} {row['sessions']:>4} {row['calls_per_s']:>8.1f}"
+            f" {_num(row['p50_ms'], 8, 2)} {_num(row['added_p50_ms'], 8, 2)} {_num(row['p95_ms'], 8, 2)}"
+            f" {_num(row['p99_ms'], 8, 2)} {row['errors']:>6} |{cells}"
+        )
+    print("(+direct: p50 minus direct's p50 at the same N and transport, the latency a hop adds;")
+    print(" CPU: milliseconds of CPU per call of each process, utime+stime from /proc/<pid>/stat; all: their sum)")
+    for row in rows:
+        if row["first_error"]:
+            print(f"first error {row['transport']}/{row['path']} x{row['sessions']}: {row['first_error']}")
+
+
+def print_soak(result: dict[str, Any]) -> None:
+    row = result["row"]
+    print(
+        f"soak through the gateway over {row['transport']}: {row['seconds']:.0f} s at {result['rate']} calls/s"
+        f" asked, {row['calls_per_s']} done, {row['calls']} calls, {row['errors']} errors,"
+        f" p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms, gateway CPU {row['cpu_ms_per_call'].get('gateway')} ms/call"
+    )
+    print(f"samples every {result['sample_every_s']} s; reference after a warm-up of {result['warmup_s']} s")
+    print(f"{'t s':>6} {'RSS MB':>8} {'fds':>5} {'calls':>6} {'p50 ms':>8} {'errors':>6}")
+    for s in result["samples"]:
+        print(
+            f"{s['t_s']:>6} {s['rss_mb']:>8} {s['fds']:>5} {s['calls']:>6} {_num(s['p50_ms'], 8, 2)} {s['errors']:>6}"
+        )
+    for key, d in result["summary"].items():
+        print(f"{key}: after warm-up {d['warm']}, end {d['end']}, drift {d['drift_pct']} %, max {d['max']}")
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+# --- main ---------------------------------------------------------------------------------
+
+
+async def _run(args: argparse.Namespace, processes: Processes) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="mcp-gateway-load-") as tmp:
+        workdir = Path(tmp)
+        if args.soak:
+            targets = await start_targets([args.soak_transport], [args.soak_path], workdir, processes, args.checkouts)
+            result: dict[str, Any] = {"benchmark": "load-soak", "machine_start": machine()}
+            result["sample_every_s"] = args.sample_every
+            result |= await run_soak(args, targets[0])
+        else:
+            targets = await start_targets(args.transports, args.paths, workdir, processes, args.checkouts)
+            result = {
+                "benchmark": "load",
+                "machine_start": machine(),
+                "levels": args.levels,
+                "seconds": args.seconds,
+                "rounds": args.rounds,
+            }
+            result["rows"] = _with_added_latency([cell.row() for cell in await run_matrix(args, targets)])
+        result["machine_end"] = machine()
+        result["pids"] = processes.pids()
+        return result
+
+
+async def _bounded(args: argparse.Namespace) -> dict[str, Any]:
+    processes = Processes()
+    loop = asyncio.get_running_loop()
+    main_task = asyncio.current_task()
+    assert main_task is not None
+    loop.add_signal_handler(signal.SIGTERM, main_task.cancel)
+    try:
+        async with asyncio.timeout(args.timeout):
+            return await _run(args, processes)
+    finally:
+        await processes.stop()
+
+
+def _levels(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def _names(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _checkout_arg(text: str) -> tuple[str, Checkout]:
+    name, sep, directory = text.partition("=")
+    root = Path(directory).resolve()
+    if not sep or not name.isidentifier() or not (root / "gateway" / "__main__.py").exists():
+        raise argparse.ArgumentTypeError(f"{text!r}: NAME=DIR, DIR a checkout of mcp-gateway")
+    return name, Checkout(root)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--levels", type=_levels, default=[1, 10, 50, 200], help="concurrent sessions (1,10,50,200)")
+    parser.add_argument("--transports", type=_names, default=list(TRANSPORTS), help="http,stdio")
+    parser.add_argument(
+        "--paths", type=_names, help="of direct,gateway,fastmcp,fastmcp-fresh,gateway@NAME (direct,gateway,fastmcp)"
+    )
+    parser.add_argument(
+        "--gateway-checkout",
+        type=_checkout_arg,
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="also path gateway@NAME: the gateway of another checkout (its .venv), in the same run",
+    )
+    parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per cell (3)")
+    parser.add_argument("--rounds", type=int, default=1, help="turns per path and level, summed (1)")
+    parser.add_argument("--soak", type=float, default=0.0, metavar="SECONDS", help="soak through the gateway instead")
+    parser.add_argument("--soak-transport", choices=TRANSPORTS, default="http", help="transport of the soak (http)")
+    parser.add_argument("--soak-path", default="gateway", help="soak: gateway or gateway@NAME (gateway)")
+    parser.add_argument("--rate", type=float, default=200.0, help="soak: calls per second (200)")
+    parser.add_argument("--sessions", type=int, default=10, help="soak: concurrent sessions sharing the rate (10)")
+    parser.add_argument("--sample-every", type=float, default=5.0, help="soak: seconds between samples (5)")
+    parser.add_argument("--warmup", type=float, help="soak: seconds before the reference sample (a tenth, at most 60)")
+    parser.add_argument(
+        "--reopen-every", type=int, default=0, help="soak: a session is closed and reopened every N calls"
+    )
+    parser.add_argument("--timeout", type=float, default=900.0, help="bound on the whole run, seconds (900)")
+    parser.add_argument("--json", action="store_true", help="also print one JSON object, last on stdout")
+    parser.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
+    args = parser.parse_args(argv)
+    args.checkouts = {"": Checkout(REPO)} | dict(args.gateway_checkout)
+    gateways = [f"gateway@{name}" for name in args.checkouts if name]
+    if args.paths is None:
+        args.paths = [*DEFAULT_PATHS[:2], *gateways, *DEFAULT_PATHS[2:]]
+    for name in args.transports:
+        if name not in TRANSPORTS:
+            parser.error(f"--transports: {name!r} is not one of {', '.join(TRANSPORTS)}")
+    for name in [*args.paths, args.soak_path]:
+        if name not in (*PATHS, *gateways):
+            parser.error(f"--paths: {name!r} is not one of {', '.join((*PATHS, *gateways))}")
+    if not args.soak_path.startswith("gateway"):
+        parser.error("--soak-path: a gateway")
+    if args.warmup is None:
+        args.warmup = min(60.0, args.soak / 10)
+    needs_fastmcp = not args.soak and any(p.startswith("fastmcp") for p in args.paths)
+    if needs_fastmcp and importlib.util.find_spec("fastmcp") is None:
+        parser.error("the fastmcp paths need FastMCP: `scripts/bootstrap test,bench` (or leave them out with --paths)")
+    os.environ.update(QUIET_ENV)  # inherited by the processes it starts
+
+    try:
+        result = asyncio.run(_bounded(args))
+    except TimeoutError:
+        sys.exit(f"bench/load.py: the run passed --timeout {args.timeout} s; every process it started is stopped")
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        sys.exit("bench/load.py: stopped; every process it started is stopped")
+    if args.soak:
+        print_soak(result)
+    else:
+        print(
+            f"{', '.join(args.transports)}: {args.seconds} s per cell, {args.rounds} round(s);"
+            f" start {result['machine_start']}, end loadavg {result['machine_end']['loadavg']}"
+        )
+        print_table(result["rows"])
+    if args.json:
+        print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

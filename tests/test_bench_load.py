@@ -1,0 +1,124 @@
+"""bench/load.py, run briefly: every path over both transports, the soak, and a run cut by its timeout.
+
+Each run is a child process bounded by `--timeout` and by the subprocess timeout. Every process
+it starts must be gone when it exits: the pids it reports, and any process that inherited the
+marker this test puts in its environment.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+LOAD = REPO / "bench" / "load.py"
+HAS_FASTMCP = importlib.util.find_spec("fastmcp") is not None
+
+
+def _run(*args: str, timeout: float = 55) -> tuple[subprocess.CompletedProcess[str], str]:
+    marker = f"BENCH_LOAD_TEST={uuid.uuid4().hex}"
+    name, _, value = marker.partition("=")
+    done = subprocess.run(
+        [sys.executable, str(LOAD), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=os.environ | {name: value},
+        cwd=REPO,
+    )
+    return done, marker
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def _with_marker(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                environ = Path(f"/proc/{entry}/environ").read_bytes()
+            except OSError:
+                continue
+            if marker.encode() in environ.split(b"\0") and _alive(int(entry)):
+                found.append(int(entry))
+    return found
+
+
+def _assert_all_stopped(marker: str, pids: tuple[int, ...] | list[int] = ()) -> None:
+    deadline = time.monotonic() + 10  # a process killed a moment ago may still be exiting
+    while True:
+        left = [pid for pid in pids if _alive(pid)] + _with_marker(marker)
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert not left, f"processes left running: {left}"
+
+
+def _last_json(stdout: str) -> dict[str, Any]:
+    result = json.loads(stdout.strip().splitlines()[-1])
+    assert isinstance(result, dict)
+    return result
+
+
+def test_a_short_run_reports_every_path_over_http_and_stdio_and_stops_its_processes() -> None:
+    paths = "direct,gateway,fastmcp" if HAS_FASTMCP else "direct,gateway"
+    done, marker = _run("--levels", "1,3", "--seconds", "0.4", "--paths", paths, "--json", "--timeout", "45")
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = _last_json(done.stdout)
+    rows = {(r["transport"], r["path"], r["sessions"]): r for r in result["rows"]}
+    assert set(rows) == {(t, p, n) for t in ("http", "stdio") for p in paths.split(",") for n in (1, 3)}
+    for key, row in rows.items():
+        assert row["errors"] == 0, (key, row["first_error"])
+        assert row["calls"] > 0 and row["calls_per_s"] > 0, key
+        assert 0 < row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"] < 10_000, key
+        if row["path"] == "direct":
+            assert row["added_p50_ms"] is None
+        else:
+            assert row["added_p50_ms"] == round(row["p50_ms"] - rows[(key[0], "direct", key[2])]["p50_ms"], 3)
+        assert abs(row["calls_per_s"] - row["calls"] / row["seconds"]) < 0.01 * row["calls_per_s"] + 0.1, key
+        roles = {"loadgen", "upstream"} | {"direct": set(), "gateway": {"gateway"}, "fastmcp": {"proxy"}}[row["path"]]
+        assert set(row["cpu_ms_per_call"]) == roles, key
+        assert all(ms is not None and ms >= 0 and math.isfinite(ms) for ms in row["cpu_ms_per_call"].values()), key
+    for transport in ("http", "stdio"):  # the gateway works for every call: its CPU shows over a window
+        assert sum(rows[(transport, "gateway", n)]["cpu_ms_per_call"]["gateway"] for n in (1, 3)) > 0
+    assert "calls/s" in done.stdout and "p99 ms" in done.stdout
+    _assert_all_stopped(marker, result["pids"])
+
+
+def test_a_short_soak_samples_the_gateways_memory_and_file_descriptors() -> None:
+    """Through the gateway of a checkout named on the command line (this one): `gateway@NAME`."""
+    soak = ["--soak", "2", "--rate", "50", "--sessions", "2", "--sample-every", "0.5"]
+    done, marker = _run(*soak, f"--gateway-checkout=here={REPO}", "--soak-path=gateway@here", "--json", "--timeout=45")
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = _last_json(done.stdout)
+    assert result["row"]["path"] == "gateway@here"
+    assert result["row"]["errors"] == 0, result["row"]["first_error"]
+    assert result["row"]["calls"] >= 20
+    assert len(result["samples"]) >= 2
+    assert all(s["rss_mb"] > 10 and s["fds"] > 3 for s in result["samples"])
+    summary = result["summary"]
+    assert set(summary) == {"rss_mb", "fds", "p50_ms"}
+    assert summary["rss_mb"]["max"] >= summary["rss_mb"]["warm"] > 0
+    assert "drift" in done.stdout
+    _assert_all_stopped(marker, result["pids"])
+
+
+def test_a_run_cut_by_its_timeout_stops_every_process_it_started() -> None:
+    done, marker = _run("--transports", "http", "--paths", "direct,gateway", "--seconds", "30", "--timeout", "4")
+    assert done.returncode != 0
+    assert "--timeout" in done.stderr
+    _assert_all_stopped(marker)
