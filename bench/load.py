@@ -76,6 +76,9 @@ from tests.conftest import DEMO_SERVER, NO_EMBEDDINGS, gateway_env, write_config
 PROXY_SCRIPT = Path(__file__).with_name("fastmcp_proxy.py")
 PATHS = ("direct", "gateway", "fastmcp", "fastmcp-fresh")
 DEFAULT_PATHS = ("direct", "gateway", "fastmcp")
+NO_CALL_LIMIT = "security:\n  limits:\n    max_calls_per_session: null\n"
+"""The gateway's config lifts its calls-per-session limit (10,000 by default): one stdio session
+of a long run or a soak makes more calls than that, and a refusal is not what is measured."""
 TRANSPORTS = ("http", "stdio")
 TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
 CALL_TIMEOUT = 30.0
@@ -280,7 +283,7 @@ async def start_targets(
                 checkout = checkouts[path.partition("@")[2]]
                 gw_dir = workdir / f"http-{path}"
                 gw_env = checkout.env(_env(gw_dir))
-                config = write_config(gw_dir / "gw.yaml", f"mcps:\n  up:\n    url: {upstream_url}\n")
+                config = write_config(gw_dir / "gw.yaml", f"mcps:\n  up:\n    url: {upstream_url}\n{NO_CALL_LIMIT}")
                 argv = [*checkout.command(config, "http"), "--port", "0"]
                 gateway, url = await _spawn_http(processes, argv, gw_env, "mcp-gateway: serving on ", checkout.root)
                 targets.append(Target("http", path, "up__echo", _http_factory(url), {"gateway": gateway} | up))
@@ -300,7 +303,7 @@ async def start_targets(
                 command = _demo_command("stdio", "up")
                 config = write_config(
                     workdir / f"stdio-{path}" / "gw.yaml",
-                    f"mcps:\n  up:\n    command: {json.dumps(command[0])}\n    args: {json.dumps(command[1:])}\n",
+                    f"mcps:\n  up:\n    command: {json.dumps(command[0])}\n    args: {json.dumps(command[1:])}\n{NO_CALL_LIMIT}",
                 )
                 argv, env, cwd = checkout.command(config, "stdio"), checkout.env(env), checkout.root
                 tool, role = "up__echo", "gateway"
