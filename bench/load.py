@@ -303,7 +303,8 @@ async def start_targets(
                 command = _demo_command("stdio", "up")
                 config = write_config(
                     workdir / f"stdio-{path}" / "gw.yaml",
-                    f"mcps:\n  up:\n    command: {json.dumps(command[0])}\n    args: {json.dumps(command[1:])}\n{NO_CALL_LIMIT}",
+                    f"mcps:\n  up:\n    command: {json.dumps(command[0])}\n    args: {json.dumps(command[1:])}\n"
+                    + NO_CALL_LIMIT,
                 )
                 argv, env, cwd = checkout.command(config, "stdio"), checkout.env(env), checkout.root
                 tool, role = "up__echo", "gateway"
