@@ -186,7 +186,8 @@ def test_mcp_param_headers_are_checked_against_the_called_tools_schema(tmp_path:
 
 def open_sessions_metric(base: str) -> float:
     metrics = httpx2.get(f"{base}/metrics", timeout=10).text
-    return float(next(line.split()[1] for line in metrics.splitlines() if line.startswith("mcp_gateway_http_sessions ")))
+    gauge = next(line for line in metrics.splitlines() if line.startswith("mcp_gateway_http_sessions "))
+    return float(gauge.split()[1])
 
 
 def test_sessions_a_client_left_open_are_closed_when_idle_and_their_number_is_bounded(tmp_path: Path) -> None:
