@@ -62,7 +62,6 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,276 +69,22 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.mcp_wire import CallError, HttpSession, Session, StdioConnection, StdioSession  # noqa: E402
-from tests.conftest import DEMO_SERVER, NO_EMBEDDINGS, gateway_env, write_config  # noqa: E402
+from bench.load_targets import (  # noqa: E402
+    QUIET_ENV,
+    Checkout,
+    Processes,
+    Target,
+    cpu_ms,
+    open_fds,
+    rss_mb,
+    start_targets,
+)
+from bench.mcp_wire import CallError, Session  # noqa: E402
 
-PROXY_SCRIPT = Path(__file__).with_name("fastmcp_proxy.py")
 PATHS = ("direct", "gateway", "fastmcp", "fastmcp-fresh")
 DEFAULT_PATHS = ("direct", "gateway", "fastmcp")
-NO_CALL_LIMIT = "security:\n  limits:\n    max_calls_per_session: null\n"
-"""The gateway's config lifts its calls-per-session limit (10,000 by default): one stdio session
-of a long run or a soak makes more calls than that, and a refusal is not what is measured."""
 TRANSPORTS = ("http", "stdio")
-TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
 CALL_TIMEOUT = 30.0
-QUIET_ENV = {"FASTMCP_LOG_LEVEL": "WARNING", "FASTMCP_SHOW_SERVER_BANNER": "false"}
-
-
-# --- /proc ------------------------------------------------------------------------------
-
-
-def cpu_ms(pid: int) -> float:
-    """utime + stime of a live process (all its threads), in milliseconds; 0 once it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0.0
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) * TICK_MS
-
-
-def children(pid: int) -> list[int]:
-    """The live descendants of a process (children of every thread, then theirs)."""
-    found: list[int] = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return found
-    for tid in tasks:
-        try:
-            kids = Path(f"/proc/{pid}/task/{tid}/children").read_text().split()
-        except OSError:
-            continue
-        for kid in map(int, kids):
-            found += [kid, *children(kid)]
-    return found
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def open_fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-# --- the targets: the processes of one path over one transport ---------------------------
-
-
-@dataclass
-class Target:
-    transport: str
-    path: str
-    tool: str
-    new_session: Callable[[], Session]
-    roles: dict[str, int]
-    """Process role (gateway, proxy, upstream) -> pid, whose CPU a cell reports."""
-
-    @property
-    def name(self) -> str:
-        return f"{self.transport}/{self.path}"
-
-
-@dataclass
-class Processes:
-    """Every process this run started (each the leader of its own process group), and their pipe readers."""
-
-    started: list[asyncio.subprocess.Process] = field(default_factory=list)
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
-
-    def pids(self) -> list[int]:
-        pids = [p.pid for p in self.started]
-        return pids + [kid for pid in pids for kid in children(pid)]
-
-    async def spawn(
-        self, argv: list[str], env: dict[str, str], *, stdio: bool, cwd: Path = REPO
-    ) -> asyncio.subprocess.Process:
-        """Start `argv` in a new process group: stdin/stdout piped (stdio) or stdout and stderr piped."""
-        pipe, devnull = asyncio.subprocess.PIPE, asyncio.subprocess.DEVNULL
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=pipe if stdio else devnull,
-            stdout=pipe,
-            stderr=devnull if stdio else pipe,
-            env=env,
-            cwd=cwd,
-            start_new_session=True,
-            limit=1 << 24,
-        )
-        self.started.append(process)
-        return process
-
-    async def stop(self) -> None:
-        for task in self.tasks:
-            task.cancel()
-        await asyncio.gather(*(_stop(process) for process in reversed(self.started)))
-
-
-async def _stop(process: asyncio.subprocess.Process) -> None:
-    """Close its stdin (an MCP server's cue to exit), then SIGTERM, then SIGKILL its process group."""
-    if process.returncode is None and process.stdin is not None:
-        process.stdin.close()
-    for sig in (None, signal.SIGTERM, signal.SIGKILL):
-        if sig is not None:
-            try:
-                os.killpg(process.pid, sig)
-            except ProcessLookupError:
-                pass
-        try:
-            await asyncio.wait_for(process.wait(), 0.5 if sig is None and process.stdin is None else 5)
-        except TimeoutError:
-            continue
-        break
-    try:  # the group's other members (the upstream child) too, if any outlived their parent
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-async def _spawn_http(
-    processes: Processes, argv: list[str], env: dict[str, str], prefix: str, cwd: Path = REPO
-) -> tuple[int, str]:
-    """Start an HTTP server that prints `prefix<rest>` on stdout or stderr once it listens; return pid and rest.
-
-    Both pipes are drained after that, so a chatty server does not block on a full pipe."""
-    process = await processes.spawn(argv, env, stdio=False, cwd=cwd)
-    lines: asyncio.Queue[str] = asyncio.Queue()
-
-    async def pump(stream: asyncio.StreamReader | None) -> None:
-        while stream is not None and (line := await stream.readline()):
-            lines.put_nowait(line.decode(errors="replace"))
-        lines.put_nowait("")
-
-    processes.tasks += [asyncio.create_task(pump(process.stdout)), asyncio.create_task(pump(process.stderr))]
-    seen: list[str] = []
-    eofs = 0
-    async with asyncio.timeout(120):
-        while eofs < 2:
-            line = await lines.get()
-            if line.startswith(prefix):
-                return process.pid, line[len(prefix) :].strip()
-            eofs += not line
-            seen.append(line)
-    raise RuntimeError(f"{argv[1:4]} exited without printing {prefix!r}: {''.join(seen)[-2000:]}")
-
-
-def _demo_command(transport: str, name: str) -> list[str]:
-    return [sys.executable, str(DEMO_SERVER), transport, "--name", name]
-
-
-@dataclass(frozen=True)
-class Checkout:
-    """Where a gateway path's `python -m gateway` runs from: this repository, or another checkout
-    (`--gateway-checkout NAME=DIR`, path `gateway@NAME`) with its own `.venv` if it has one."""
-
-    root: Path
-
-    @property
-    def python(self) -> str:
-        venv = self.root / ".venv" / "bin" / "python"
-        return str(venv) if venv.exists() else sys.executable
-
-    def env(self, base: dict[str, str]) -> dict[str, str]:
-        extra = {"PYTHONPATH": str(self.root)}
-        if self.root != REPO:
-            extra["PYTHONDONTWRITEBYTECODE"] = "1"  # leave the other checkout as it is
-        return base | extra
-
-    def command(self, config: Path, transport: str) -> list[str]:
-        return [self.python, "-m", "gateway", "--config", str(config), "serve", "--transport", transport]
-
-
-async def _spawn_stdio(processes: Processes, argv: list[str], env: dict[str, str], cwd: Path = REPO) -> StdioConnection:
-    process = await processes.spawn(argv, env, stdio=True, cwd=cwd)
-    connection = StdioConnection(process)
-    processes.tasks.append(connection.reader_task)
-    await asyncio.wait_for(connection.open(), 120)
-    return connection
-
-
-def _env(workdir: Path) -> dict[str, str]:
-    """The environment of every process it starts: a gateway's, with its own data dir under `workdir`."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    return gateway_env(workdir) | NO_EMBEDDINGS | QUIET_ENV
-
-
-async def start_targets(
-    transports: list[str], paths: list[str], workdir: Path, processes: Processes, checkouts: dict[str, Checkout]
-) -> list[Target]:
-    """Start the processes of every path over every transport; return the targets in `paths` order."""
-    targets: list[Target] = []
-    if "http" in transports:
-        env = _env(workdir / "http")
-        upstream, port = await _spawn_http(processes, _demo_command("http", "up"), env, "PORT=")
-        upstream_url = f"http://127.0.0.1:{port}/mcp"
-        up = {"upstream": upstream}
-        for path in paths:
-            if path == "direct":
-                targets.append(Target("http", path, "echo", _http_factory(upstream_url), dict(up)))
-            elif path.startswith("gateway"):
-                checkout = checkouts[path.partition("@")[2]]
-                gw_dir = workdir / f"http-{path}"
-                gw_env = checkout.env(_env(gw_dir))
-                config = write_config(gw_dir / "gw.yaml", f"mcps:\n  up:\n    url: {upstream_url}\n{NO_CALL_LIMIT}")
-                argv = [*checkout.command(config, "http"), "--port", "0"]
-                gateway, url = await _spawn_http(processes, argv, gw_env, "mcp-gateway: serving on ", checkout.root)
-                targets.append(Target("http", path, "up__echo", _http_factory(url), {"gateway": gateway} | up))
-            else:
-                fresh = ["--fresh"] if path.endswith("fresh") else []
-                argv = [sys.executable, str(PROXY_SCRIPT), "http", "--url", upstream_url, *fresh]
-                proxy, port = await _spawn_http(processes, argv, env, "PORT=")
-                url = f"http://127.0.0.1:{port}/mcp"
-                targets.append(Target("http", path, "echo", _http_factory(url), {"proxy": proxy} | up))
-    if "stdio" in transports:
-        for path in paths:
-            env, cwd = _env(workdir / f"stdio-{path}"), REPO
-            if path == "direct":
-                argv, tool, role = _demo_command("stdio", "up"), "echo", "upstream"
-            elif path.startswith("gateway"):
-                checkout = checkouts[path.partition("@")[2]]
-                command = _demo_command("stdio", "up")
-                config = write_config(
-                    workdir / f"stdio-{path}" / "gw.yaml",
-                    f"mcps:\n  up:\n    command: {json.dumps(command[0])}\n    args: {json.dumps(command[1:])}\n"
-                    + NO_CALL_LIMIT,
-                )
-                argv, env, cwd = checkout.command(config, "stdio"), checkout.env(env), checkout.root
-                tool, role = "up__echo", "gateway"
-            else:
-                fresh = ["--fresh"] if path.endswith("fresh") else []
-                argv = [sys.executable, str(PROXY_SCRIPT), "stdio", *fresh, "--", *_demo_command("stdio", "up")]
-                tool, role = "echo", "proxy"
-            connection = await _spawn_stdio(processes, argv, env, cwd)
-            await asyncio.wait_for(connection.call(tool, {"text": "warm"}), 60)
-            roles = {role: connection.process.pid}
-            if role != "upstream":
-                child = _find_upstream(connection.process.pid)
-                if child is not None:
-                    roles["upstream"] = child
-            targets.append(Target("stdio", path, tool, _stdio_factory(connection), roles))
-    return targets
-
-
-def _find_upstream(pid: int) -> int | None:
-    """The demo server among a process's descendants (the gateway's or the proxy's stdio child)."""
-    for kid in children(pid):
-        try:
-            if str(DEMO_SERVER).encode() in Path(f"/proc/{kid}/cmdline").read_bytes():
-                return kid
-        except OSError:
-            continue
-    return None
-
-
-def _http_factory(url: str) -> Callable[[], Session]:
-    return lambda: HttpSession(url)
-
-
-def _stdio_factory(connection: StdioConnection) -> Callable[[], Session]:
-    return lambda: StdioSession(connection)
 
 
 # --- a cell: one target at one level of concurrency --------------------------------------
@@ -638,12 +383,22 @@ async def _run(args: argparse.Namespace, processes: Processes) -> dict[str, Any]
     with tempfile.TemporaryDirectory(prefix="mcp-gateway-load-") as tmp:
         workdir = Path(tmp)
         if args.soak:
-            targets = await start_targets([args.soak_transport], [args.soak_path], workdir, processes, args.checkouts)
+            targets = await start_targets(
+                [args.soak_transport],
+                [args.soak_path],
+                workdir,
+                processes,
+                args.checkouts,
+                args.catalog_tools,
+                args.modern,
+            )
             result: dict[str, Any] = {"benchmark": "load-soak", "machine_start": machine()}
             result["sample_every_s"] = args.sample_every
             result |= await run_soak(args, targets[0])
         else:
-            targets = await start_targets(args.transports, args.paths, workdir, processes, args.checkouts)
+            targets = await start_targets(
+                args.transports, args.paths, workdir, processes, args.checkouts, args.catalog_tools, args.modern
+            )
             result = {
                 "benchmark": "load",
                 "machine_start": machine(),
@@ -703,6 +458,17 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per cell (3)")
     parser.add_argument("--rounds", type=int, default=1, help="turns per path and level, summed (1)")
+    parser.add_argument(
+        "--modern",
+        action="store_true",
+        help="HTTP sessions speak MCP 2026-07-28 (no handshake or session; the envelope in every request's _meta)",
+    )
+    parser.add_argument(
+        "--catalog-tools",
+        type=int,
+        default=0,
+        help="every gateway also serves this many more tools, from an in-memory plugin server (0)",
+    )
     parser.add_argument("--soak", type=float, default=0.0, metavar="SECONDS", help="soak through the gateway instead")
     parser.add_argument("--soak-transport", choices=TRANSPORTS, default="http", help="transport of the soak (http)")
     parser.add_argument("--soak-path", default="gateway", help="soak: gateway or gateway@NAME (gateway)")

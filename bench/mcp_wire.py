@@ -23,7 +23,15 @@ import json
 import socket
 from typing import Any
 
-__all__ = ["PROTOCOL_VERSION", "CallError", "HttpSession", "Session", "StdioConnection", "StdioSession"]
+__all__ = [
+    "MODERN_VERSION",
+    "PROTOCOL_VERSION",
+    "CallError",
+    "HttpSession",
+    "Session",
+    "StdioConnection",
+    "StdioSession",
+]
 
 PROTOCOL_VERSION = "2025-11-25"
 """The handshake-era version offered in `initialize` (each server's answer is used after)."""
@@ -43,6 +51,13 @@ INITIALIZE = {
     "clientInfo": {"name": "mcp-gateway-bench-load", "version": "1"},
 }
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+MODERN_VERSION = "2026-07-28"
+MODERN_ENVELOPE = {
+    "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "bench-load", "version": "1"},
+}
+"""What a 2026-07-28 request carries in `_meta` in place of a handshake."""
 
 
 def _check_result(message: dict[str, Any]) -> dict[str, Any]:
@@ -57,9 +72,12 @@ def _check_result(message: dict[str, Any]) -> dict[str, Any]:
 
 
 class HttpSession:
-    """One MCP session over streamable HTTP: one keep-alive HTTP/1.1 connection, calls one at a time."""
+    """One MCP session over streamable HTTP: one keep-alive HTTP/1.1 connection, calls one at a time.
 
-    def __init__(self, url: str) -> None:
+    `modern`: speak 2026-07-28, where there is no handshake and no session: every request
+    carries the protocol envelope in `_meta`, and its method and tool name in headers."""
+
+    def __init__(self, url: str, modern: bool = False) -> None:
         rest = url.removeprefix("http://")
         hostport, _, path = rest.partition("/")
         host, _, port = hostport.partition(":")
@@ -70,6 +88,7 @@ class HttpSession:
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
         self.next_id = 0
+        self.modern = modern
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         if self.reader is None or self.writer is None or self.writer.is_closing():
@@ -84,7 +103,7 @@ class HttpSession:
         self.reader = self.writer = None
 
     async def _exchange(
-        self, method: str, body: bytes | None, want_id: int | None
+        self, method: str, body: bytes | None, want_id: int | None, extra: tuple[str, ...] = ()
     ) -> tuple[int, dict[str, str], dict[str, Any] | None]:
         """Send one request, read its whole response; return status, headers, the JSON-RPC answer."""
         reader, writer = await self._connect()
@@ -92,6 +111,7 @@ class HttpSession:
             f"{method} {self.path} HTTP/1.1",
             f"Host: {self.hostport}",
             "Accept: application/json, text/event-stream",
+            *extra,
         ]
         if body is not None:
             head += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
@@ -145,6 +165,10 @@ class HttpSession:
         return await reader.readexactly(length) if length else b""
 
     async def open(self) -> None:
+        if self.modern:
+            self.version = MODERN_VERSION
+            await self._connect()
+            return
         self.next_id += 1
         body = json.dumps(_request(self.next_id, "initialize", INITIALIZE)).encode()
         _, headers, answer = await self._exchange("POST", body, self.next_id)
@@ -154,8 +178,13 @@ class HttpSession:
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> None:
         self.next_id += 1
-        body = json.dumps(_request(self.next_id, "tools/call", {"name": tool, "arguments": arguments})).encode()
-        _, _, answer = await self._exchange("POST", body, self.next_id)
+        params: dict[str, Any] = {"name": tool, "arguments": arguments}
+        extra: tuple[str, ...] = ()
+        if self.modern:
+            params["_meta"] = MODERN_ENVELOPE
+            extra = ("Mcp-Method: tools/call", f"Mcp-Name: {tool}")
+        body = json.dumps(_request(self.next_id, "tools/call", params)).encode()
+        _, _, answer = await self._exchange("POST", body, self.next_id, extra)
         _check_result(answer or {})
 
     async def close(self) -> None:

@@ -97,6 +97,18 @@ def test_a_short_run_reports_every_path_over_http_and_stdio_and_stops_its_proces
     _assert_all_stopped(marker, result["pids"])
 
 
+def test_modern_sessions_reach_a_gateway_with_a_larger_catalog() -> None:
+    """`--modern` speaks 2026-07-28 (no handshake, the envelope in `_meta`); `--catalog-tools` gives
+    the gateway an in-memory server of that many more tools; calls go through without errors."""
+    args = ["--transports", "http", "--levels", "2", "--seconds", "0.4", "--paths", "direct,gateway"]
+    done, marker = _run(*args, "--modern", "--catalog-tools", "40", "--json", "--timeout", "45")
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = _last_json(done.stdout)
+    assert [(r["path"], r["errors"]) for r in result["rows"]] == [("direct", 0), ("gateway", 0)]
+    assert all(r["calls"] > 0 for r in result["rows"])
+    _assert_all_stopped(marker, result["pids"])
+
+
 def test_a_short_soak_samples_the_gateways_memory_and_file_descriptors() -> None:
     """Through the gateway of a checkout named on the command line (this one): `gateway@NAME`."""
     soak = ["--soak", "2", "--rate", "50", "--sessions", "2", "--sample-every", "0.5"]
