@@ -31,6 +31,7 @@ from tests.conftest import (
     REPO,
     gateway_env,
     gateway_over_stdio,
+    start_demo_http,
     start_gateway_http,
     stop_process,
     write_config,
@@ -377,21 +378,25 @@ def _connections_to(port: int) -> list[socket.socket]:
     return found
 
 
-async def test_connections_to_an_http_upstream_do_not_wait_for_nagle(tmp_path: Path, demo_http_url: str) -> None:
+async def test_connections_to_an_http_upstream_do_not_wait_for_nagle(tmp_path: Path) -> None:
     """The gateway's requests to an HTTP upstream go out with TCP_NODELAY: a request written in two
-    parts (headers, then body) would otherwise wait about 40 ms for the server's delayed ACK."""
-    config = load_config(write_config(tmp_path / "gateway.yaml", f"mcps:\n  web:\n    url: {demo_http_url}\n"))
-    settings = Settings(data_dir=tmp_path / "data")
-    registry = Registry(specs_from_config(config), settings, relay_requests=False)
-    with anyio.fail_after(30):
-        async with registry.running():
-            await registry.wait_settled(20)
-            result = await registry.call_tool("web__echo", {"text": "hi"})
-            assert not result.is_error
-            connections = _connections_to(int(demo_http_url.rsplit(":", 1)[1].split("/")[0]))
-            try:
-                assert connections, "no connection to the upstream was found"
-                assert all(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for s in connections)
-            finally:
-                for sock in connections:
-                    sock.close()
+    parts (headers, then body) would otherwise wait about 40 ms for the server's delayed ACK. The
+    upstream is this test's own, so every connection to its port is the registry's."""
+    upstream, url = start_demo_http("own")
+    try:
+        config = load_config(write_config(tmp_path / "gateway.yaml", f"mcps:\n  web:\n    url: {url}\n"))
+        registry = Registry(specs_from_config(config), Settings(data_dir=tmp_path / "data"), relay_requests=False)
+        with anyio.fail_after(30):
+            async with registry.running():
+                await registry.wait_settled(20)
+                result = await registry.call_tool("web__echo", {"text": "hi"})
+                assert not result.is_error
+                connections = _connections_to(int(url.rsplit(":", 1)[1].split("/")[0]))
+                try:
+                    assert connections, "no connection to the upstream was found"
+                    assert all(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for s in connections)
+                finally:
+                    for sock in connections:
+                        sock.close()
+    finally:
+        stop_process(upstream)
