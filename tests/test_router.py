@@ -583,13 +583,18 @@ def test_the_eval_harness_computes_recall_mrr_and_the_no_answer_rate(tmp_path: P
         "search_ms_p95",
         "queries",
         "empty_expected_none_rate",
+        "empty_expected",
         "router",
+        "cached_documents",
+        "recall@1_halves",
+        "recall@5_halves",
     }
     assert result["recall@1"] == pytest.approx((1 + 0.5 + 0.5 + 0 + 0) / 5)
     assert result["recall@5"] == pytest.approx((1 + 1 + 0.5 + 1 + 0) / 5)
     assert result["mrr"] == pytest.approx((1 + 1 + 1 + 0.5 + 0) / 5)
     assert result["queries"] == 5
-    assert result["empty_expected_none_rate"] == pytest.approx(0.5)
+    assert result["empty_expected_none_rate"] == pytest.approx(0.5) and result["empty_expected"] == 2
+    assert result["recall@1_halves"] == [pytest.approx((1 + 0.5 + 0) / 3), pytest.approx((0.5 + 0) / 2)]
     assert result["router"] == "bm25"
     assert result["search_ms_p50"] >= 0 and result["index_seconds"] >= 0
     text = format_report(report)
