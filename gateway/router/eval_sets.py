@@ -33,7 +33,7 @@ ROUTER = "router"
 """The name of the router's own row (the configuration under test)."""
 
 BASELINES: Mapping[str, RouterConfig] = {
-    "bm25": RouterConfig(fusion="bm25"),
+    "bm25": RouterConfig(fusion="bm25", split="off"),
     "dense": RouterConfig(fusion="dense", query_text="raw", split="off"),
     "rrf": RouterConfig(fusion="rrf", rrf_k=60, query_text="raw", split="off"),
 }
