@@ -135,6 +135,21 @@ async def test_dynamic_mode_adds_found_tools_to_the_session_and_says_so(tmp_path
             assert [t.name for t in (await other.list_tools()).tools] == ["search_tools", "call_tool"]
 
 
+async def test_search_tools_answers_no_tool_fits_with_the_closest_tools_as_hints(tmp_path: Path) -> None:
+    async with gateway(tmp_path, mode="dynamic") as gw, Client(gw.server, mode="legacy") as client:
+        result = await client.call_tool("search_tools", {"query": "turn off the coffee maker", "limit": 2})
+        assert not result.is_error
+        assert _text(result).startswith("No tool fits this request. The closest tools, as hints only:")
+        structured = result.structured_content
+        assert structured is not None and structured["no_tool_fits"] is True and structured["tools"] == []
+        assert len(structured["hints"]) == 2
+        assert all(hint["score"] < gw.settings.routing.no_fit_threshold for hint in structured["hints"])
+        # hints are not matches: the session's list does not grow with them
+        assert [t.name for t in (await client.list_tools()).tools] == ["search_tools", "call_tool"]
+        fitting = await client.call_tool("search_tools", {"query": "add two integers", "limit": 1})
+        assert fitting.structured_content is not None and "no_tool_fits" not in fitting.structured_content
+
+
 def _http_config(tmp_path: Path) -> Path:
     return write_config(tmp_path / "gw.yaml", "mcps: {}\n")
 
@@ -160,6 +175,11 @@ async def test_route_returns_the_top_k_in_mcp_and_openai_form_with_pinned_tools(
                 "parameters": body["tools"][0]["inputSchema"],
             },
         }
+        assert "no_tool_fits" not in body
+        unfit = httpx2.post(route, json={"query": "turn off the coffee maker", "k": 2}, timeout=30).json()
+        assert unfit["no_tool_fits"] is True and unfit["message"] == "No tool fits this request."
+        assert [t["name"] for t in unfit["tools"]] == ["mem__echo"]  # the pinned tool alone is offered
+        assert len(unfit["hints"]) == 2 and unfit["hints"][0]["score"] < 0.17
         for bad in ({"query": ""}, {"query": "x", "k": 0}, {"query": "x", "k": 99}, {"q": "x"}, [1, 2]):
             refused = httpx2.post(route, json=bad, timeout=30)
             assert refused.status_code == 400 and refused.json()["error"]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.router.abstain import format_abstain, pick_threshold, run_abstain
 from gateway.router.eval import EvalQuery, load_catalog, load_queries
 from gateway.router.eval_sets import BASELINES, format_multi_report, load_set, run_sets
 from gateway.router.long_requests import MAX_STEPS, MIN_STEPS, long_requests
@@ -156,3 +157,43 @@ def test_eval_on_the_command_line_takes_several_sets_and_a_long_set(tmp_path: Pa
         timeout=60,
     )
     assert missing.returncode == 2 and "a folder holding catalog.json and queries.jsonl" in missing.stderr
+
+
+# --------------------------------------------------------------------------- eval --abstain
+
+
+def test_abstention_hides_the_expected_servers_and_counts_what_still_passes(tmp_path: Path) -> None:
+    easy, _ = _two_sets(tmp_path)
+    s = load_set(easy / "catalog.json", easy / "queries.jsonl")
+    nothing = EvalQuery(id="none", query="tune the piano", expected=())
+    report = run_abstain("easy", s.records, [*s.queries, nothing], None, thresholds=(0.0, 0.3, 1.01))
+    assert report.requests == 2 and report.empty_requests == 1
+    # "feed the zebra" with zoo hidden: only kitchen is left, and it shares no word with the request
+    assert report.false_accept == {0.0: 1.0, 0.3: 0.0, 1.01: 0.0}
+    assert report.recall_lost[0.0] == 0.0 and report.recall_lost[0.3] == 0.0
+    assert report.recall_lost[1.01] == 1.0  # every request is refused: all its recall is lost
+    assert report.empty_accept == {0.0: 1.0, 0.3: 0.0, 1.01: 0.0}
+    assert pick_threshold([report]) == 0.3
+    assert pick_threshold([report], max_lost=-1) is None
+    text = format_abstain([report], configured=0.3)
+    assert "<- picked <- configured" in text and "requests with nothing expected answered at 0.3: 0.0%" in text
+    assert report.to_json()["thresholds"]["0.3"] == {"false_accept": 0.0, "recall@5_lost": 0.0, "empty_accept": 0.0}
+
+
+def test_eval_abstain_on_the_command_line_reports_each_set_and_the_pick(tmp_path: Path) -> None:
+    easy, hard = _two_sets(tmp_path)
+    env = gateway_env(tmp_path)
+    env["GATEWAY_EMBEDDING__ENABLED"] = "false"
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway", "eval", "--set", str(easy), "--set", str(hard), "--abstain", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout.strip().splitlines()[-1])["abstain"]
+    assert figures["configured"] == 0.17 and set(figures["sets"]) == {"easy", "hard"}
+    assert figures["sets"]["easy"]["requests"] == 2
+    assert "abstention (expected servers hidden)" in done.stdout

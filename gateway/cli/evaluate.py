@@ -52,6 +52,12 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "--baselines", action="store_true", help="also run plain BM25, dense and RRF on every set, in the same run"
     )
     evaluate.add_argument(
+        "--abstain",
+        action="store_true",
+        help="also measure 'no tool fits': hide each request's expected servers and count what still passes "
+        "routing.no_fit_threshold, for a grid of thresholds (gateway/router/abstain.py)",
+    )
+    evaluate.add_argument(
         "--cold", action="store_true", help="embed everything anew (default: reuse the data dir's embedding cache)"
     )
     evaluate.add_argument("--k", default="1,5,10", help="comma-separated cut-offs (default 1,5,10)")
@@ -80,12 +86,22 @@ def run_eval(args: argparse.Namespace, settings: Settings) -> int:
     for folder in args.long:
         if not (folder / "catalog.json").is_file() or not (folder / "queries.jsonl").is_file():
             raise Usage(f"--long {folder}: a folder holding catalog.json and queries.jsonl is needed")
-    if len(pairs) == 1 and not args.long and not args.baselines:
+    if len(pairs) == 1 and not args.long and not args.baselines and not args.abstain:
         return _eval(settings, pairs[0][0], pairs[0][1], ks, args.json, replay, cold=args.cold)
     if replay is not None:
-        raise Usage("--replay measures one set: give one --catalog and --queries, without --baselines or --long")
+        raise Usage(
+            "--replay measures one set: give one --catalog and --queries, without --baselines, --long or --abstain"
+        )
     return _eval_sets(
-        settings, pairs, args.long, ks, args.json, baselines=args.baselines, cold=args.cold, seed=args.seed
+        settings,
+        pairs,
+        args.long,
+        ks,
+        args.json,
+        baselines=args.baselines,
+        cold=args.cold,
+        seed=args.seed,
+        abstain=args.abstain,
     )
 
 
@@ -189,6 +205,7 @@ def _eval_sets(
     baselines: bool,
     cold: bool,
     seed: int,
+    abstain: bool,
 ) -> int:
     from gateway.router.eval_sets import EvalSet, format_multi_report, load_set, run_sets
     from gateway.router.long_requests import long_requests
@@ -206,6 +223,19 @@ def _eval_sets(
     cache = _cache(settings, cold) if embedder is not None else None
     report = run_sets(sets, ks, embedder, settings.routing.threshold, baselines=baselines, cache=cache)
     print(format_multi_report(report))
+    figures = report.to_json()
+    if abstain:
+        from gateway.router.abstain import format_abstain, pick_threshold, run_abstain
+
+        configured = settings.routing.no_fit_threshold
+        refusals = [run_abstain(s.name, s.records, s.queries, embedder, cache=cache) for s in sets]
+        print(format_abstain(refusals, configured))
+        picked = pick_threshold(refusals)
+        figures["abstain"] = {
+            "configured": configured,
+            "picked": picked,
+            "sets": {r.name: r.to_json() for r in refusals},
+        }
     if as_json:
-        print(json.dumps(report.to_json()))
+        print(json.dumps(figures))
     return EXIT_OK

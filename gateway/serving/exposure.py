@@ -31,6 +31,7 @@ __all__ = [
     "SEARCH_TOOL",
     "ArgumentError",
     "MODES",
+    "NO_TOOL_FITS",
     "Mode",
     "SessionTools",
     "mode_for",
@@ -45,12 +46,17 @@ Mode = Literal["all", "search", "dynamic"]
 MODES: tuple[Mode, ...] = get_args(Mode)
 MAX_LIMIT = 50
 
+NO_TOOL_FITS = "No tool fits this request."
+"""What search_tools and POST /route answer when the best tool scores under
+`routing.no_fit_threshold`; the closest tools follow as hints, not matches."""
+
 SEARCH_TOOL = types.Tool(
     name="search_tools",
     description=(
         "Find the tools that can do a task. Describe the task in plain words; the result lists the "
         "best matching tools, best first, each with its name, description, input schema and a score "
-        "from 0 to 1. Then call one with call_tool(name, arguments)."
+        "from 0 to 1. Then call one with call_tool(name, arguments). When nothing fits, it says so and "
+        "lists the closest tools as hints only."
     ),
     input_schema={
         "type": "object",

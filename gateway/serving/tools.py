@@ -40,6 +40,7 @@ from gateway.security.scopes import visible, visible_names
 from gateway.serving.exposure import (
     CALL_TOOL,
     GATEWAY_TOOL_NAMES,
+    NO_TOOL_FITS,
     SEARCH_TOOL,
     ArgumentError,
     SessionTools,
@@ -184,13 +185,23 @@ class ToolHandlers:
         session_id, _ = self.callers.of(ctx, stateless=self.stateless())
         principal, usable = principal_in(ctx.request), self.tasks.usable(ctx)
         hits = await self.search(query, limit, principal, session_id=session_id, usable=usable)
+        payload = [tool_payload(hit) for hit in hits]
+        if hits and not self.fits(hits):
+            text = f"{NO_TOOL_FITS} The closest tools, as hints only: {json.dumps(payload, ensure_ascii=False)}"
+            return types.CallToolResult(
+                content=[types.TextContent(type="text", text=text)],
+                structured_content={"tools": [], "no_tool_fits": True, "hints": payload},
+            )
         if mode_for(ctx.request, self.settings.routing.mode) == "dynamic" and not self.stateless():
             await self.grow_session(ctx, [h.name for h in hits])
-        payload = [tool_payload(hit) for hit in hits]
         text = json.dumps(payload, ensure_ascii=False) if payload else f"No tool matches {query!r}."
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=text)], structured_content={"tools": payload}
         )
+
+    def fits(self, hits: list[SearchHit]) -> bool:
+        """False when the best result scores under `routing.no_fit_threshold`: no tool fits the request."""
+        return bool(hits) and hits[0].score >= self.settings.routing.no_fit_threshold
 
     async def search(
         self,
