@@ -17,6 +17,7 @@ import mcp_types as types
 import numpy as np
 import pytest
 
+from gateway.config.settings import RoutingSettings
 from gateway.router.base import Embedder, Matrix, ToolRecord, Vector
 from gateway.router.bm25 import BM25Index, tokenize
 from gateway.router.cache import cache_key
@@ -472,6 +473,15 @@ def test_a_long_four_step_request_gets_one_tool_for_each_of_its_steps(dense_rout
         "calendar__create_event",
         "translate__translate_text",
     }
+
+
+@pytest.mark.parametrize("request_text", ["turn off the coffee maker", "water the plants in the garden"])
+def test_an_infeasible_request_scores_under_the_default_no_fit_threshold(
+    dense_router: Router, request_text: str
+) -> None:
+    threshold = RoutingSettings().no_fit_threshold
+    assert dense_router.search(request_text, k=1)[0].score < threshold  # "no tool fits this request"
+    assert dense_router.search("post a message to slack", k=1)[0].score >= threshold
 
 
 # --------------------------------------------------------------------------- incremental updates

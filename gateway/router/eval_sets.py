@@ -27,7 +27,7 @@ from gateway.router.base import Embedder, EmbeddingCache, Matrix, ToolRecord, Ve
 from gateway.router.eval import EvalQuery, EvalReport, evaluate, load_catalog, load_queries
 from gateway.router.index import RouterConfig
 
-__all__ = ["BASELINES", "EvalSet", "MultiReport", "format_multi_report", "load_set", "run_sets"]
+__all__ = ["BASELINES", "EvalSet", "MultiReport", "SharedVectors", "format_multi_report", "load_set", "run_sets"]
 
 ROUTER = "router"
 """The name of the router's own row (the configuration under test)."""
@@ -58,7 +58,7 @@ def load_set(catalog: Path, queries: Path, name: str | None = None) -> EvalSet:
     )
 
 
-class _SharedVectors:
+class SharedVectors:
     """An embedding cache that keeps every vector in memory too, over an optional backing one,
     so the variants of one run embed each document once."""
 
@@ -157,7 +157,7 @@ def run_sets(
     """The router (`config`, default `RouterConfig()`) and, with `baselines`, the plain
     baselines on every set. `cache` backs the shared vectors (None: embed everything)."""
     report = MultiReport(ks=tuple(sorted({int(k) for k in ks})))
-    shared = _SharedVectors(cache)
+    shared = SharedVectors(cache)
     memo = _QueryMemo(embedder) if embedder is not None else None
     for s in sets:
         if s.name in report.sets:

@@ -102,17 +102,18 @@ class RouterConfig:
     """Rank a long request's steps (its sentences, see `split_query`) each on its own too,
     and merge the rankings, so that its later steps are not lost: on long requests made of
     3-5 MetaTool requests recall@10 went from 0.545 to 0.738 (plain BM25: 0.618), with
-    LiveMCPBench and MetaTool within 0.002 (docs/benchmarks.md). Each step costs a query
-    embedding. Clauses (split at "and", "then", commas) measured worse everywhere."""
+    MetaTool unchanged and LiveMCPBench recall@10 0.559 -> 0.551 (docs/benchmarks.md).
+    Each step costs a query embedding. Clauses (split at "and", "then", commas) measured
+    worse everywhere."""
     merge: Literal["round_robin", "max", "mean", "share"] = "round_robin"
     """With `split`: take turns between the rankings (the full request's first); a tool's
     best score; the mean of the full request's score and the best step score; or each
-    step's share of the top k, more where a step is unsure (`fusion.share`: +0.01
-    recall@10 on long requests, but -0.03 recall@1 there and -0.02 on LiveMCPBench)."""
+    step's share of the top k, more where a step is unsure (`fusion.share`: +0.013
+    recall@10 on long requests, but -0.033 recall@1 there and -0.019 on LiveMCPBench)."""
     split_min_steps: int = 3
     """With `split`: a request is ranked step by step only when it has at least this many
     steps; shorter ones (a question and its context: most single-tool requests) are ranked
-    whole. 2 cost MetaTool 0.06 recall@1 (with `share`)."""
+    whole. 2 cost LiveMCPBench 0.02 recall@5 (and MetaTool 0.044 recall@1 with `share`)."""
     full_document_weight: float = 0.5
     """A tool's vector is `(1 - w) * v(short text) + w * v(full text)`, so its cosine is the
     weighted mean of the two texts' cosines. The full text is its `tool_document`
