@@ -18,8 +18,9 @@ Metrics:
   any expected set, looking at the first max(10, max k) results (0 if none is there);
 - empty_expected_none_rate: among queries whose `expected` is `[]` (nothing in the
   catalog fits), the fraction for which no result passes the threshold;
-- index_seconds: the time of one `Router.update` with every document embedded cold
-  (no cache), the model already loaded: from then on the index is searchable;
+- index_seconds: the time of one `Router.update`, the model already loaded: from then
+  on the index is searchable. Cold when `cached_documents` is 0: `mcp-gateway eval`
+  reuses the data dir's embedding cache from run to run unless `--cold`;
 - enrich_seconds: the time of the `Router.enrich` that follows (the tools' full texts,
   embedded in the background by the gateway); recall is measured after it;
 - search_ms_p50/p95: the time of one `Router.search` including the query embedding,
