@@ -6,6 +6,7 @@ Runs `gateway.router.eval.run_eval` once per variant with the bundled embedding 
     python bench/router_variants.py --catalog CATALOG.json --queries QUERIES.jsonl
     python bench/router_variants.py ... --variants default,rrf-60   # a subset
     python bench/router_variants.py ... --lexical-gap               # the stress test below
+    python bench/router_variants.py ... --long                      # long requests, below
     python bench/router_variants.py ... --json                      # one JSON object last
     python bench/router_variants.py --bm25-libraries                # BM25: ours vs bm25s
 
@@ -18,6 +19,11 @@ other too.
 tools it expects (compared as BM25 terms: lowercased, stemmed), so that the request's
 wording no longer matches the tools' names: a rough stand-in for paraphrased requests,
 where lexical matching is weak.
+
+`--long` replaces the queries by long requests built from their single-tool ones, as
+`mcp-gateway eval --long` builds them (`gateway.router.long_requests`, seed 0). With
+`--shared-vectors`, the variants share one in-memory embedding cache (each document is
+embedded once: much faster; `index s` is then not a cold build).
 
 `--bm25-libraries` compares `gateway.router.bm25` with the `bm25s` package (which must be
 installed; it is not a dependency): recall of BM25 alone on the queries, with bm25s's own
@@ -32,6 +38,9 @@ Variants (`RouterConfig` fields in brackets):
     weighted-0.5/0.6/0.7 weighted sum of cosine and BM25 coverage          [dense_weight]
     server-0.5/1.0       + the tool's server's score (MCP-Zero style)      [server_weight]
     split-mean/...       + sub-queries per step, merged                    [split, merge]
+    steps-off            default, a long request ranked whole              [split="off"]
+    steps-share          default, steps merged by share of the top k       [merge="share"]
+    steps-2, steps-share-2  ... from two steps on, not three               [split_min_steps=2]
     raw-query            default, but the request embedded as written      [query_text="raw"]
     short-text           the short text's vector alone (the previous default) [full_document_weight=0]
     full-uncut           the full text cut at 512 word pieces, not 128     [full_document_tokens]
@@ -81,6 +90,10 @@ VARIANTS: dict[str, RouterConfig] = {
     "short-text": RouterConfig(full_document_weight=0.0),
     "short-text-raw-query": RouterConfig(full_document_weight=0.0, query_text="raw"),
     "full-uncut": RouterConfig(full_document_tokens=512),
+    "steps-off": RouterConfig(split="off"),
+    "steps-share": RouterConfig(merge="share"),
+    "steps-2": RouterConfig(split_min_steps=2),
+    "steps-share-2": RouterConfig(merge="share", split_min_steps=2),
     "default": RouterConfig(),
 }
 
@@ -219,6 +232,8 @@ def main() -> int:
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated names (default: all)")
     parser.add_argument("--k", default="1,5,10", help="comma-separated cut-offs")
     parser.add_argument("--lexical-gap", action="store_true", help="strip expected tools' name words from queries")
+    parser.add_argument("--long", action="store_true", help="long requests joining 3-5 single-tool queries")
+    parser.add_argument("--shared-vectors", action="store_true", help="embed each document once for all variants")
     parser.add_argument("--batch-size", type=int, default=None, help="embedder batch size (default: the setting's)")
     parser.add_argument("--json", action="store_true", help="also print one JSON object as the last line")
     parser.add_argument("--bm25-libraries", action="store_true", help="compare our BM25 with bm25s, then stop")
@@ -254,13 +269,40 @@ def main() -> int:
         if args.lexical_gap:
             queries = Path(tmp) / "lexical-gap.jsonl"
             lexical_gap_queries(args.queries, queries)
+        if args.long:
+            from gateway.router.eval import load_queries
+            from gateway.router.long_requests import long_requests
+
+            built = long_requests(load_queries(queries), seed=0)
+            queries = Path(tmp) / "long.jsonl"
+            queries.write_text(
+                "".join(
+                    json.dumps(
+                        {
+                            "id": q.id,
+                            "query": q.query,
+                            "expected": [
+                                [dict(zip(("server", "tool"), n.split("__", 1), strict=True)) for n in sorted(a)]
+                                for a in q.expected
+                            ],
+                        }
+                    )
+                    + "\n"
+                    for q in built
+                ),
+                encoding="utf-8",
+            )
+        from gateway.router.eval_sets import SharedVectors
+
+        shared = SharedVectors(None) if args.shared_vectors else None
         rows = []
         header = f"{'variant':18} {'router':44} " + " ".join(f"{'R@' + str(k):>6}" for k in ks)
         print(header + f" {'MRR':>6} {'index s':>8} {'p50 ms':>7}  R@5 even/odd  R@10 even/odd")
         for name in names:
             config = VARIANTS[name]
             started = time.perf_counter()
-            report = run_eval(args.catalog, queries, ks, None if config.fusion == "bm25" else embedder, config=config)
+            model = None if config.fusion == "bm25" else embedder
+            report = run_eval(args.catalog, queries, ks, model, config=config, cache=shared)
             split = halves(report)
             row = {"variant": name, **report.to_json(), **split, "seconds": round(time.perf_counter() - started, 2)}
             rows.append(row)
@@ -273,7 +315,11 @@ def main() -> int:
                 flush=True,
             )
     if args.json:
-        print(json.dumps({"catalog": str(args.catalog), "lexical_gap": args.lexical_gap, "variants": rows}))
+        print(
+            json.dumps(
+                {"catalog": str(args.catalog), "lexical_gap": args.lexical_gap, "long": args.long, "variants": rows}
+            )
+        )
     return 0
 
 

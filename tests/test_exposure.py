@@ -19,6 +19,7 @@ from mcp import Client
 from gateway.config.settings import RoutingSettings, Settings
 from gateway.registry import Registry
 from gateway.router.service import RouterService, build_router
+from gateway.serving.exposure import resolve_mode
 from gateway.serving.server import GatewayServer
 from gateway.upstreams.upstream import UpstreamSpec
 from tests.conftest import REPO, gateway_env, start_gateway_http, stop_process, write_config
@@ -135,6 +136,53 @@ async def test_dynamic_mode_adds_found_tools_to_the_session_and_says_so(tmp_path
             assert [t.name for t in (await other.list_tools()).tools] == ["search_tools", "call_tool"]
 
 
+async def test_search_tools_answers_no_tool_fits_with_the_closest_tools_as_hints(tmp_path: Path) -> None:
+    async with gateway(tmp_path, mode="dynamic") as gw, Client(gw.server, mode="legacy") as client:
+        result = await client.call_tool("search_tools", {"query": "turn off the coffee maker", "limit": 2})
+        assert not result.is_error
+        assert _text(result).startswith("No tool fits this request. The closest tools, as hints only:")
+        structured = result.structured_content
+        assert structured is not None and structured["no_tool_fits"] is True and structured["tools"] == []
+        assert len(structured["hints"]) == 2
+        assert all(hint["score"] < gw.settings.routing.no_fit_threshold for hint in structured["hints"])
+        # hints are not matches: the session's list does not grow with them
+        assert [t.name for t in (await client.list_tools()).tools] == ["search_tools", "call_tool"]
+        fitting = await client.call_tool("search_tools", {"query": "add two integers", "limit": 1})
+        assert fitting.structured_content is not None and "no_tool_fits" not in fitting.structured_content
+
+
+def test_auto_mode_shows_a_small_catalog_whole_and_a_large_one_through_search() -> None:
+    assert RoutingSettings().mode == "auto" and RoutingSettings().auto_max_tools == 40
+    assert resolve_mode("auto", 40, 40) == "all"
+    assert resolve_mode("auto", 41, 40) == "dynamic"
+    assert resolve_mode("search", 3, 40) == "search" and resolve_mode("all", 400, 40) == "all"
+
+
+async def test_auto_switches_from_all_to_dynamic_when_a_server_pushes_the_catalog_past_the_threshold(
+    tmp_path: Path,
+) -> None:
+    changed = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            changed.set()
+
+    async with gateway(tmp_path) as gw:
+        assert gw.settings.routing.mode == "auto"
+        tools = len(gw.registry.catalog.tools)
+        gw.settings.routing.auto_max_tools = tools  # the demo server's tools fill the threshold exactly
+        async with Client(gw.server, mode="legacy", message_handler=on_message) as client:
+            listed = [t.name for t in (await client.list_tools()).tools]
+            assert len(listed) == tools and "search_tools" not in listed
+            await client.call_tool("mem__grow", {})  # the server adds a tool and says so
+            with anyio.fail_after(10):
+                await changed.wait()
+            assert [t.name for t in (await client.list_tools()).tools] == ["search_tools", "call_tool"]
+            found = await client.call_tool("search_tools", {"query": "add two integers", "limit": 1})
+            assert not found.is_error  # and dynamic: the found tool joins the list
+            assert "mem__add" in {t.name for t in (await client.list_tools()).tools}
+
+
 def _http_config(tmp_path: Path) -> Path:
     return write_config(tmp_path / "gw.yaml", "mcps: {}\n")
 
@@ -160,6 +208,11 @@ async def test_route_returns_the_top_k_in_mcp_and_openai_form_with_pinned_tools(
                 "parameters": body["tools"][0]["inputSchema"],
             },
         }
+        assert "no_tool_fits" not in body
+        unfit = httpx2.post(route, json={"query": "turn off the coffee maker", "k": 2}, timeout=30).json()
+        assert unfit["no_tool_fits"] is True and unfit["message"] == "No tool fits this request."
+        assert [t["name"] for t in unfit["tools"]] == ["mem__echo"]  # the pinned tool alone is offered
+        assert len(unfit["hints"]) == 2 and unfit["hints"][0]["score"] < 0.17
         for bad in ({"query": ""}, {"query": "x", "k": 0}, {"query": "x", "k": 99}, {"q": "x"}, [1, 2]):
             refused = httpx2.post(route, json=bad, timeout=30)
             assert refused.status_code == 400 and refused.json()["error"]
@@ -192,7 +245,7 @@ async def test_an_http_client_may_ask_for_another_mode_on_the_url_but_not_an_unk
         for query in ("?mode=serach", "?mode=search&mode=foo", "?mode="):
             refused = httpx2.post(url + query, json=initialize, headers=headers, timeout=30)
             assert refused.status_code == 400, query
-            assert "use one of all, search, dynamic" in refused.json()["error"]
+            assert "use one of auto, all, search, dynamic" in refused.json()["error"]
         assert "'serach'" in httpx2.post(url + "?mode=serach", json=initialize, headers=headers, timeout=30).text
     finally:
         stop_process(process)

@@ -17,6 +17,7 @@ import mcp_types as types
 import numpy as np
 import pytest
 
+from gateway.config.settings import RoutingSettings
 from gateway.router.base import Embedder, Matrix, ToolRecord, Vector
 from gateway.router.bm25 import BM25Index, tokenize
 from gateway.router.cache import cache_key
@@ -259,7 +260,7 @@ def test_the_hybrid_router_ranks_the_right_tool_first(dense_router: Router, quer
 )
 def test_without_an_embedder_the_router_ranks_with_bm25_alone(bm25_router: Router, query: str, expected: str) -> None:
     assert not bm25_router.dense
-    assert bm25_router.description == "bm25"
+    assert bm25_router.description == "bm25+split=sentences/round_robin"  # long requests step by step
     assert bm25_router.search(query, k=3)[0].name == expected
 
 
@@ -456,6 +457,33 @@ def test_multi_step_requests_are_split_into_steps() -> None:
     assert split_query("hello") == ["hello"]
 
 
+LONG_REQUEST = (
+    "I need the latest price of the ACME stock for my report. Post a short note about it to the team's "
+    "Slack channel. Then put a meeting with the team on my calendar for Monday at ten. "
+    "Finally, the summary has to be in French for our partners in Lyon, so translate it."
+)
+
+
+def test_a_long_four_step_request_gets_one_tool_for_each_of_its_steps(dense_router: Router) -> None:
+    assert dense_router.config.split == "sentences"
+    hits = dense_router.search(LONG_REQUEST, k=4)
+    assert {h.name for h in hits} == {
+        "finance__get_stock_price",
+        "slack__post_message",
+        "calendar__create_event",
+        "translate__translate_text",
+    }
+
+
+@pytest.mark.parametrize("request_text", ["turn off the coffee maker", "water the plants in the garden"])
+def test_an_infeasible_request_scores_under_the_default_no_fit_threshold(
+    dense_router: Router, request_text: str
+) -> None:
+    threshold = RoutingSettings().no_fit_threshold
+    assert dense_router.search(request_text, k=1)[0].score < threshold  # "no tool fits this request"
+    assert dense_router.search("post a message to slack", k=1)[0].score >= threshold
+
+
 # --------------------------------------------------------------------------- incremental updates
 
 
@@ -583,14 +611,19 @@ def test_the_eval_harness_computes_recall_mrr_and_the_no_answer_rate(tmp_path: P
         "search_ms_p95",
         "queries",
         "empty_expected_none_rate",
+        "empty_expected",
         "router",
+        "cached_documents",
+        "recall@1_halves",
+        "recall@5_halves",
     }
     assert result["recall@1"] == pytest.approx((1 + 0.5 + 0.5 + 0 + 0) / 5)
     assert result["recall@5"] == pytest.approx((1 + 1 + 0.5 + 1 + 0) / 5)
     assert result["mrr"] == pytest.approx((1 + 1 + 1 + 0.5 + 0) / 5)
     assert result["queries"] == 5
-    assert result["empty_expected_none_rate"] == pytest.approx(0.5)
-    assert result["router"] == "bm25"
+    assert result["empty_expected_none_rate"] == pytest.approx(0.5) and result["empty_expected"] == 2
+    assert result["recall@1_halves"] == [pytest.approx((1 + 0.5 + 0) / 3), pytest.approx((0.5 + 0) / 2)]
+    assert result["router"] == "bm25+split=sentences/round_robin"
     assert result["search_ms_p50"] >= 0 and result["index_seconds"] >= 0
     text = format_report(report)
     assert "recall@1: 0.400" in text and "recall@5: 0.700" in text and "mrr: 0.700" in text

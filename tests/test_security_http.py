@@ -79,6 +79,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
         """,
     )
     env = {"REC_TOKEN": UPSTREAM_TOKEN, "ALPHA_KEY_HASH": hash_key(KEYS["alpha"]), "GATEWAY_LOG_LEVEL": "DEBUG"}
+    env["GATEWAY_ROUTING__MODE"] = "all"  # scopes are checked on full lists: the admin sees over 40 tools
     log = tmp / "gateway.log"
     process, url = start_gateway_http(config, tmp, env, log=log)
     try:

@@ -35,6 +35,10 @@ from tests.everything import everything_command
 
 pytestmark = pytest.mark.anyio
 
+EVERY_TOOL = NO_EMBEDDINGS | {"GATEWAY_ROUTING__MODE": "all"}
+"""These tests are about aggregation, so every tool is listed: three demo servers are more
+than 40 tools, past which the default `auto` mode would show them through the router."""
+
 Connect = Callable[..., AbstractAsyncContextManager[Client]]
 
 
@@ -55,7 +59,7 @@ def connect(transport: str, mode: str, tmp_path: Path, demo_http_url: str) -> Co
     opener = gateway_over_stdio if transport == "stdio" else gateway_over_http
 
     def open_client(**kwargs: Any) -> AbstractAsyncContextManager[Client]:
-        return opener(config, tmp_path, NO_EMBEDDINGS, mode=mode, **kwargs)
+        return opener(config, tmp_path, EVERY_TOOL, mode=mode, **kwargs)
 
     return open_client
 
@@ -206,7 +210,7 @@ async def test_an_upstream_that_fails_to_start_leaves_the_others_serving(
     )
     opener = gateway_over_stdio if transport == "stdio" else gateway_over_http
     with anyio.fail_after(60):
-        async with opener(config, tmp_path, NO_EMBEDDINGS, mode=mode) as client:
+        async with opener(config, tmp_path, EVERY_TOOL, mode=mode) as client:
             tools = {t.name for t in (await client.list_tools()).tools}
             assert "web__echo" in tools and "mem__echo" in tools
             assert not any(t.startswith(("missing__", "refused__")) for t in tools)
@@ -254,7 +258,7 @@ async def test_lists_are_paginated_downstream_when_they_exceed_the_page_size(
     config = three_upstream_config(tmp_path, demo_http_url)
     opener = gateway_over_stdio if transport == "stdio" else gateway_over_http
     with anyio.fail_after(60):
-        async with opener(config, tmp_path, env=NO_EMBEDDINGS | {"GATEWAY_PAGE_SIZE": "4"}, mode=mode) as client:
+        async with opener(config, tmp_path, env=EVERY_TOOL | {"GATEWAY_PAGE_SIZE": "4"}, mode=mode) as client:
             pages: list[list[str]] = []
             cursor: str | None = None
             while True:
@@ -279,7 +283,7 @@ async def test_a_legacy_sse_upstream_is_served_like_any_other(tmp_path: Path) ->
     try:
         config = write_config(tmp_path / "gateway.yaml", f"mcps:\n  old:\n    url: {url}\n    transport: sse\n")
         with anyio.fail_after(60):
-            async with gateway_over_stdio(config, tmp_path, NO_EMBEDDINGS) as client:
+            async with gateway_over_stdio(config, tmp_path, EVERY_TOOL) as client:
                 result = await client.call_tool("old__add", {"a": 1, "b": 1})
                 assert result.structured_content == {"result": 2}
                 readme = await client.read_resource("old+demo://readme")
@@ -305,7 +309,7 @@ async def test_two_servers_with_the_same_names_and_no_prefix_both_stay_reachable
         """,
     )
     with anyio.fail_after(60):
-        async with gateway_over_stdio(config, tmp_path, NO_EMBEDDINGS) as client:
+        async with gateway_over_stdio(config, tmp_path, EVERY_TOOL) as client:
             tools = {t.name: t for t in (await client.list_tools()).tools}
             assert tools["echo"].meta == {"mcp-gateway/server": "first"}
             assert tools["second__echo"].meta == {"mcp-gateway/server": "second"}

@@ -265,6 +265,7 @@ def gateway_env(ctx: Context) -> dict[str, str]:
             "GATEWAY_PLUGINS__ENTRY_POINTS": "false",  # nor the installed built-ins
             "GATEWAY_EMBEDDING__ENABLED": "false",
             "GATEWAY_RECORDS__ENABLED": "false",
+            "GATEWAY_ROUTING__MODE": "all",  # the matrix checks listings in full (auto: dynamic past 40 tools)
             "GATEWAY_LIST_WAIT": "120",
             "GATEWAY_STARTUP_TIMEOUT": "90",
             "GATEWAY_LOG_LEVEL": "INFO",

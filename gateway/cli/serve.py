@@ -42,7 +42,9 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="serve HTTP on a non-loopback address with no authentication (anyone who can reach it may use it)",
     )
     serve.add_argument(
-        "--mode", choices=["all", "search", "dynamic"], help="tool exposure (default: $GATEWAY_ROUTING__MODE or all)"
+        "--mode",
+        choices=["auto", "all", "search", "dynamic"],
+        help="tool exposure (default: $GATEWAY_ROUTING__MODE or auto)",
     )
     serve.set_defaults(run=run_serve)
 

@@ -18,12 +18,18 @@ Metrics:
   any expected set, looking at the first max(10, max k) results (0 if none is there);
 - empty_expected_none_rate: among queries whose `expected` is `[]` (nothing in the
   catalog fits), the fraction for which no result passes the threshold;
-- index_seconds: the time of one `Router.update` with every document embedded cold
-  (no cache), the model already loaded: from then on the index is searchable;
+- index_seconds: the time of one `Router.update`, the model already loaded: from then
+  on the index is searchable. Cold when `cached_documents` is 0: `mcp-gateway eval`
+  reuses the data dir's embedding cache from run to run unless `--cold`;
 - enrich_seconds: the time of the `Router.enrich` that follows (the tools' full texts,
   embedded in the background by the gateway); recall is measured after it;
 - search_ms_p50/p95: the time of one `Router.search` including the query embedding,
-  after one warm-up search.
+  after one warm-up search;
+- halves: recall@k on the queries at even and at odd lines, a check that a change helps
+  on both rather than on a few queries.
+
+Several sets at once, with plain baselines beside the router and the worst set of each:
+`gateway.router.eval_sets`.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ __all__ = [
     "MRR_DEPTH",
     "EvalQuery",
     "EvalReport",
+    "evaluate",
     "format_report",
     "load_catalog",
     "load_queries",
@@ -130,6 +137,12 @@ class EvalReport:
     missing_expected: list[str] = field(default_factory=list)
     """Expected tools that are not in the catalog (they can never be hit)."""
     per_query: list[dict[str, Any]] = field(default_factory=list)
+    halves: dict[int, tuple[float, float]] = field(default_factory=dict)
+    """recall@k on the queries at even and at odd lines (0-based) of the file: a change
+    should help on both halves, not on a few queries."""
+    cached_documents: int = 0
+    """Documents whose vectors came from the embedding cache: when > 0, `index_seconds`
+    and `enrich_seconds` are not a cold build."""
 
     @property
     def search_ms_p50(self) -> float:
@@ -151,8 +164,11 @@ class EvalReport:
             empty_expected_none_rate=(
                 None if self.empty_expected_none_rate is None else round(self.empty_expected_none_rate, 4)
             ),
+            empty_expected=self.empty_expected,
             router=self.router,
+            cached_documents=self.cached_documents,
         )
+        out.update({f"recall@{k}_halves": [round(h, 4) for h in self.halves[k]] for k in self.ks if k in self.halves})
         return out
 
 
@@ -191,11 +207,31 @@ def run_eval(
     `config` selects a ranking variant (default: the router's default). `cache` is for
     repeated experiments only: with it, `index_seconds` is no longer a cold build.
     """
+    return evaluate(
+        load_catalog(catalog_path),
+        load_queries(queries_path),
+        ks,
+        embedder,
+        threshold,
+        config=config,
+        cache=cache,
+    )
+
+
+def evaluate(
+    records: Sequence[ToolRecord],
+    queries: Sequence[EvalQuery],
+    ks: Sequence[int],
+    embedder: Embedder | None,
+    threshold: float = 0.0,
+    *,
+    config: RouterConfig | None = None,
+    cache: EmbeddingCache | None = None,
+) -> EvalReport:
+    """`run_eval` on a catalog and queries already loaded (the multi-set eval shares them)."""
     ks = tuple(sorted({int(k) for k in ks}))
     if not ks or ks[0] < 1:
         raise ValueError("ks must be positive integers")
-    records = load_catalog(catalog_path)
-    queries = load_queries(queries_path)
     names = {r.name for r in records}
     missing = sorted({name for q in queries for s in q.expected for name in s if name not in names})
 
@@ -211,13 +247,14 @@ def run_eval(
     if queries:
         router.search(queries[0].query, k=depth, threshold=threshold)  # warm-up
     recall_sums = dict.fromkeys(ks, 0.0)
+    halves = {k: ([0.0, 0.0], [0, 0]) for k in ks}
     rr_sum = 0.0
     scored = 0
     empty = 0
     empty_none = 0
     latencies: list[float] = []
     per_query: list[dict[str, Any]] = []
-    for q in queries:
+    for line, q in enumerate(queries):
         started = time.perf_counter()
         hits = router.search(q.query, k=depth, threshold=threshold)
         latencies.append((time.perf_counter() - started) * 1000)
@@ -231,6 +268,9 @@ def run_eval(
         recall, rr = score_ranking(ranked, q.expected, ks)
         for k in ks:
             recall_sums[k] += recall[k]
+            sums, counts = halves[k]
+            sums[line % 2] += recall[k]
+            counts[line % 2] += 1
         rr_sum += rr
         entry: dict[str, Any] = {"id": q.id, "results": ranked[: max(ks)]}
         entry.update({f"recall@{k}": recall[k] for k in ks}, rr=rr)
@@ -250,6 +290,11 @@ def run_eval(
         tools=len(records),
         missing_expected=missing,
         per_query=per_query,
+        halves={
+            k: (sums[0] / counts[0] if counts[0] else 0.0, sums[1] / counts[1] if counts[1] else 0.0)
+            for k, (sums, counts) in halves.items()
+        },
+        cached_documents=router.cached_documents,
     )
 
 
@@ -264,7 +309,9 @@ def format_report(report: EvalReport) -> str:
     if report.empty_expected_none_rate is not None:
         lines.append(f"no-answer queries with nothing above the threshold: {report.empty_expected_none_rate:.1%}")
     lines.append(
-        f"index build: {report.index_seconds:.2f} s (+ {report.enrich_seconds:.2f} s of full texts)"
+        f"index build: {report.index_seconds:.2f} s (+ {report.enrich_seconds:.2f} s of full texts"
+        + (f"; {report.cached_documents} vectors from the embedding cache" if report.cached_documents else "")
+        + ")"
         f"   search: p50 {report.search_ms_p50:.2f} ms,"
         f" p95 {report.search_ms_p95:.2f} ms"
     )

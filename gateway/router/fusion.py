@@ -2,7 +2,8 @@
 
 `coverage` maps BM25 scores to 0..1, `dot` is the cosine product (without BLAS, see there),
 `rrf` is reciprocal rank fusion (a measured variant), `top` the k best rows in a stable
-order, `round_robin` the merge of sub-query rankings (a measured variant).
+order, `round_robin` the merge of a long request's step rankings, `share` a measured
+alternative to it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import numpy.typing as npt
 from gateway.router.base import Matrix
 from gateway.router.bm25 import BM25Index
 
-__all__ = ["coverage", "dot", "round_robin", "rrf", "top"]
+__all__ = ["coverage", "dot", "round_robin", "rrf", "share", "top"]
 
 
 def dot(queries: Matrix, matrix: Matrix) -> npt.NDArray[np.float32]:
@@ -87,4 +88,25 @@ def round_robin(scores: npt.NDArray[np.float32], k: int) -> list[tuple[int, floa
     for i in picked:
         ceiling = min(ceiling, float(best[i]))
         out.append((i, ceiling))
+    return out
+
+
+def share(scores: npt.NDArray[np.float32], k: int) -> list[tuple[int, float]]:
+    """Merge the rankings of a request's steps (one row each) so that every step gets its
+    share of the first k, more of it where the step is unsure.
+
+    Each step's scores are divided by its best score, so every step's best tool comes
+    first (1.0); after them, a tool's place is its best ratio over the steps: a step
+    whose runners-up score close to its best (several tools could fit) gets more of the
+    k slots than one whose best tool stands out. A tool's score is its best raw score,
+    capped by the score of the tool before it so that scores never increase down the list.
+    """
+    best_raw = scores.max(axis=0)
+    tops = scores.max(axis=1, keepdims=True)
+    ratios = np.where(tops > 0, scores / np.where(tops > 0, tops, 1.0), 0.0).max(axis=0)
+    out: list[tuple[int, float]] = []
+    ceiling = 1.0
+    for i in top(np.asarray(ratios, dtype=np.float32), k):
+        ceiling = min(ceiling, float(best_raw[i]))
+        out.append((int(i), ceiling))
     return out

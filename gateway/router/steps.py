@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from gateway.router.bm25 import tokenize
+
 __all__ = ["MAX_SUBQUERIES", "MIN_SUBQUERY_WORDS", "split_query"]
 
 _SENTENCE_SPLIT = re.compile(
@@ -24,7 +26,14 @@ _CLAUSE_SPLIT = re.compile(
     re.IGNORECASE,
 )
 MIN_SUBQUERY_WORDS = 3
+MIN_STEP_CONTENT_WORDS = 2
+"""A sentence with fewer content words (not stopwords) than this is not a step of its own
+but part of the one before ("Can you help me with that?" after a request)."""
 MAX_SUBQUERIES = 6
+
+
+def _content_words(text: str) -> int:
+    return len(tokenize(text, stem=False))
 
 
 def split_query(query: str, *, clauses: bool = True) -> list[str]:
@@ -42,7 +51,7 @@ def split_query(query: str, *, clauses: bool = True) -> list[str]:
     for piece in (p.strip(" ,;") for p in pieces):
         if not piece:
             continue
-        if parts and len(parts[-1].split()) < MIN_SUBQUERY_WORDS:
+        if parts and (len(parts[-1].split()) < MIN_SUBQUERY_WORDS or _content_words(piece) < MIN_STEP_CONTENT_WORDS):
             parts[-1] = f"{parts[-1]} {piece}"
         else:
             parts.append(piece)

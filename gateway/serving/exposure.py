@@ -1,5 +1,11 @@
 """Exposure modes: which tools a client sees, and the gateway's own search tools.
 
+- `auto` (the default): `all` while the catalog this client may see has at most
+  `routing.auto_max_tools` tools (40), `dynamic` beyond. Models choose worse among many
+  tools, and several clients degrade or cap the count past 30-50 tools (docs/configuration.md),
+  so a small catalog is shown whole and a large one through the router. The catalog
+  changing (a server connecting, leaving, listing more tools) already sends
+  `notifications/tools/list_changed`, so a client re-lists and sees the other mode.
 - `all`: every tool in `tools/list` (plain aggregation).
 - `search`: the pinned tools plus two gateway tools, `search_tools(query, limit)` and
   `call_tool(name, arguments)`; the model finds what it needs by searching.
@@ -31,26 +37,35 @@ __all__ = [
     "SEARCH_TOOL",
     "ArgumentError",
     "MODES",
+    "NO_TOOL_FITS",
     "Mode",
     "SessionTools",
     "mode_for",
     "openai_function",
     "parse_call_arguments",
     "parse_search_arguments",
+    "resolve_mode",
     "tool_payload",
     "unknown_mode",
 ]
 
-Mode = Literal["all", "search", "dynamic"]
+Mode = Literal["auto", "all", "search", "dynamic"]
 MODES: tuple[Mode, ...] = get_args(Mode)
+Shown = Literal["all", "search", "dynamic"]
+"""What a client is shown: a mode, `auto` resolved (`resolve_mode`)."""
 MAX_LIMIT = 50
+
+NO_TOOL_FITS = "No tool fits this request."
+"""What search_tools and POST /route answer when the best tool scores under
+`routing.no_fit_threshold`; the closest tools follow as hints, not matches."""
 
 SEARCH_TOOL = types.Tool(
     name="search_tools",
     description=(
         "Find the tools that can do a task. Describe the task in plain words; the result lists the "
         "best matching tools, best first, each with its name, description, input schema and a score "
-        "from 0 to 1. Then call one with call_tool(name, arguments)."
+        "from 0 to 1. Then call one with call_tool(name, arguments). When nothing fits, it says so and "
+        "lists the closest tools as hints only."
     ),
     input_schema={
         "type": "object",
@@ -96,6 +111,13 @@ def mode_for(request: Any, default: Mode) -> Mode:
     if asked in MODES:
         return cast(Mode, asked)
     return default
+
+
+def resolve_mode(mode: Mode, visible_tools: int, auto_max_tools: int) -> Shown:
+    """`mode`, with `auto` resolved: `all` for at most `auto_max_tools` visible tools, else `dynamic`."""
+    if mode == "auto":
+        return "all" if visible_tools <= auto_max_tools else "dynamic"
+    return mode
 
 
 def unknown_mode(asked: Sequence[str]) -> str | None:

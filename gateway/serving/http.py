@@ -13,6 +13,7 @@ import logging
 import socket
 from collections.abc import Callable, Iterator
 from functools import partial
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -33,7 +34,7 @@ from gateway.records.feedback import feedback_endpoint
 from gateway.security.auth import Authenticator
 from gateway.security.http_guard import PUBLIC_PATHS, SecurityMiddleware, principal_in
 from gateway.security.scopes import visible
-from gateway.serving.exposure import openai_function, unknown_mode
+from gateway.serving.exposure import NO_TOOL_FITS, openai_function, tool_payload, unknown_mode
 from gateway.serving.server import GatewayServer
 
 __all__ = [
@@ -57,7 +58,9 @@ _LOOPBACK_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*
 async def route_endpoint(gateway: GatewayServer, request: Request) -> Response:
     """`POST /route {"query": str, "k": int}`: the top-k tools in MCP and OpenAI form, with scores.
 
-    Pinned tools follow the ranked ones (`"pinned": true`), as they are always offered.
+    Pinned tools follow the ranked ones (`"pinned": true`), as they are always offered. When
+    the best tool scores under `routing.no_fit_threshold`, the ranked tools are not offered:
+    `"no_tool_fits": true`, a `message`, and the closest tools under `hints`.
     """
     try:
         body = await request.json()
@@ -79,6 +82,10 @@ async def route_endpoint(gateway: GatewayServer, request: Request) -> Response:
     except GatewayError as exc:
         return JSONResponse({"error": exc.message}, status_code=503)
     catalog = gateway.registry.catalog.tools
+    fits = gateway.tools.fits(hits)
+    hints = [] if fits else [tool_payload(hit) for hit in hits]
+    if not fits:
+        hits = []
     ranked = [(hit.record.tool, round(hit.score, 4), False) for hit in hits]
     seen = {hit.name for hit in hits}
     pinned = [
@@ -91,7 +98,10 @@ async def route_endpoint(gateway: GatewayServer, request: Request) -> Response:
         for tool, score, is_pinned in ranked + pinned
     ]
     openai = [openai_function(tool) for tool, _, _ in ranked + pinned]
-    return JSONResponse({"query": query.strip(), "k": k, "tools": tools, "openai": openai})
+    answer: dict[str, Any] = {"query": query.strip(), "k": k, "tools": tools, "openai": openai}
+    if hints:
+        answer.update(no_tool_fits=True, message=NO_TOOL_FITS, hints=hints)
+    return JSONResponse(answer)
 
 
 async def metrics_endpoint(gateway: GatewayServer, request: Request) -> Response:

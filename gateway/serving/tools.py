@@ -40,12 +40,15 @@ from gateway.security.scopes import visible, visible_names
 from gateway.serving.exposure import (
     CALL_TOOL,
     GATEWAY_TOOL_NAMES,
+    NO_TOOL_FITS,
     SEARCH_TOOL,
     ArgumentError,
     SessionTools,
+    Shown,
     mode_for,
     parse_call_arguments,
     parse_search_arguments,
+    resolve_mode,
     tool_payload,
 )
 from gateway.serving.notifications import Notifications
@@ -122,7 +125,7 @@ class ToolHandlers:
         usable = self.tasks.usable(ctx)
         self.tasks.note_hidden(ctx, [n for n, e in catalog.items() if not usable(e.item)])
         catalog = {n: e for n, e in catalog.items() if usable(e.item)}
-        mode = mode_for(ctx.request, self.settings.routing.mode)
+        mode = self.mode(ctx, len(catalog))
         own = [FEEDBACK_TOOL] if self.records is not None and FEEDBACK_TOOL.name not in catalog else []
         if mode == "all":
             return [e.item for e in catalog.values()] + own
@@ -131,6 +134,16 @@ class ToolHandlers:
             found = self._session_tools.get(connection_of(ctx))
             names += [n for n in (found.names() if found else ()) if n not in names]
         return [SEARCH_TOOL, CALL_TOOL, *own] + [catalog[n].item for n in names if n in catalog]
+
+    def mode(self, ctx: ServerRequestContext[Any, Any], visible_tools: int | None = None) -> Shown:
+        """This request's exposure mode, `auto` resolved by the number of tools the client may see."""
+        mode = mode_for(ctx.request, self.settings.routing.mode)
+        if mode == "auto" and visible_tools is None:
+            principal = principal_in(ctx.request)
+            usable = self.tasks.usable(ctx)
+            tools = self.registry.catalog.tools.values()
+            visible_tools = sum(1 for e in tools if visible(principal, e) and usable(e.item))
+        return resolve_mode(mode, visible_tools or 0, self.settings.routing.auto_max_tools)
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
@@ -197,13 +210,23 @@ class ToolHandlers:
         session_id, _ = self.callers.of(ctx, stateless=self.stateless())
         principal, usable = principal_in(ctx.request), self.tasks.usable(ctx)
         hits = await self.search(query, limit, principal, session_id=session_id, usable=usable)
-        if mode_for(ctx.request, self.settings.routing.mode) == "dynamic" and not self.stateless():
-            await self.grow_session(ctx, [h.name for h in hits])
         payload = [tool_payload(hit) for hit in hits]
+        if hits and not self.fits(hits):
+            text = f"{NO_TOOL_FITS} The closest tools, as hints only: {json.dumps(payload, ensure_ascii=False)}"
+            return types.CallToolResult(
+                content=[types.TextContent(type="text", text=text)],
+                structured_content={"tools": [], "no_tool_fits": True, "hints": payload},
+            )
+        if self.mode(ctx) == "dynamic" and not self.stateless():
+            await self.grow_session(ctx, [h.name for h in hits])
         text = json.dumps(payload, ensure_ascii=False) if payload else f"No tool matches {query!r}."
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=text)], structured_content={"tools": payload}
         )
+
+    def fits(self, hits: list[SearchHit]) -> bool:
+        """False when the best result scores under `routing.no_fit_threshold`: no tool fits the request."""
+        return bool(hits) and hits[0].score >= self.settings.routing.no_fit_threshold
 
     async def search(
         self,
