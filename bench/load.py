@@ -80,6 +80,7 @@ from bench.load_targets import (  # noqa: E402
     start_targets,
 )
 from bench.mcp_wire import CallError, Session  # noqa: E402
+from bench.timing import percentile  # noqa: E402
 
 PATHS = ("direct", "gateway", "fastmcp", "fastmcp-fresh")
 DEFAULT_PATHS = ("direct", "gateway", "fastmcp")
@@ -114,9 +115,9 @@ class Cell:
             "errors": self.errors,
             "seconds": round(self.seconds, 3),
             "calls_per_s": round(self.calls / self.seconds, 1) if self.seconds else 0.0,
-            "p50_ms": _ms(_percentile(lat, 50)),
-            "p95_ms": _ms(_percentile(lat, 95)),
-            "p99_ms": _ms(_percentile(lat, 99)),
+            "p50_ms": _ms(percentile(lat, 50)),
+            "p95_ms": _ms(percentile(lat, 95)),
+            "p99_ms": _ms(percentile(lat, 99)),
             "cpu_total_ms_per_call": round(sum(ms for _, ms in cpu) / self.calls, 3) if self.calls else None,
             "cpu_ms_per_call": {role: round(ms / self.calls, 3) if self.calls else None for role, ms in cpu},
             "first_error": self.first_error,
@@ -126,15 +127,6 @@ class Cell:
 def _ms(value: float) -> float | None:
     """Milliseconds rounded to the microsecond; None (JSON null) where there were no calls."""
     return round(value, 3) if value == value else None
-
-
-def _percentile(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return float("nan")
-    pos = (len(sorted_values) - 1) * q / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
 def _cpu_snapshot(target: Target) -> dict[str, float]:
@@ -282,7 +274,7 @@ async def run_soak(args: argparse.Namespace, target: Target) -> dict[str, Any]:
                 "rss_mb": round(rss_mb(gateway), 1),
                 "fds": open_fds(gateway),
                 "calls": len(lat),
-                "p50_ms": _ms(_percentile(lat, 50)),
+                "p50_ms": _ms(percentile(lat, 50)),
                 "errors": errors,
             }
             samples.append(sample)

@@ -45,6 +45,7 @@ import anyio
 import mcp_types as types
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from timing import percentile  # bench/ is on sys.path when run as `python bench/proxy_overhead.py`
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_SERVER = REPO / "tests" / "servers" / "demo_server.py"
@@ -65,23 +66,13 @@ class Variant:
     """Per-call latency in milliseconds."""
 
 
-def _percentile(sorted_values: list[float], q: float) -> float:
-    """Linear-interpolated percentile of already sorted values, q in [0, 100]."""
-    if not sorted_values:
-        return float("nan")
-    pos = (len(sorted_values) - 1) * q / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-
 def _stats(samples: list[float]) -> dict[str, float]:
     s = sorted(samples)
     return {
         "n": len(s),
-        "median_ms": _percentile(s, 50),
-        "p95_ms": _percentile(s, 95),
-        "p99_ms": _percentile(s, 99),
+        "median_ms": percentile(s, 50),
+        "p95_ms": percentile(s, 95),
+        "p99_ms": percentile(s, 99),
         "min_ms": s[0] if s else float("nan"),
         "mean_ms": statistics.fmean(s) if s else float("nan"),
     }

@@ -19,3 +19,13 @@ async def timed(work: Callable[[], Awaitable[Any]], calls: int) -> list[float]:
         await work()
         samples.append((time.perf_counter() - started) * 1e6)
     return samples
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolated percentile of already sorted values, q in [0, 100]; NaN for none."""
+    if not sorted_values:
+        return float("nan")
+    pos = (len(sorted_values) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
