@@ -14,9 +14,9 @@ transport instead.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import stat
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from typing import Any
@@ -63,7 +63,10 @@ async def stdio_streams() -> AsyncIterator[tuple[Any, Any]]:
 
 
 def _pollable(fd: int) -> bool:
-    """A pipe or a socket: what epoll can watch and non-blocking mode does not share with a shell."""
+    """A pipe or a socket: what epoll can watch and non-blocking mode does not share with a shell.
+    (On Windows the event loop cannot watch a pipe: the SDK's transport serves.)"""
+    if sys.platform == "win32":
+        return False
     try:
         mode = os.fstat(fd).st_mode
     except OSError:
@@ -73,6 +76,8 @@ def _pollable(fd: int) -> bool:
 
 def _claim(fd: int, diversion: int) -> int:
     """Move the wire behind `fd` to a private, non-blocking descriptor, and point `fd` at `diversion`."""
+    import fcntl  # POSIX only, as `_pollable` has checked
+
     try:
         wire = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
         os.dup2(diversion, fd)
