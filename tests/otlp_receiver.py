@@ -3,11 +3,18 @@
 
 No Collector or Jaeger ships in a package registry this project can use, so the tests run this
 one; it answers as a collector does (200 with an empty `ExportTraceServiceResponse`).
+`GET /count` answers how many spans it got, by service, as JSON.
+
+`python tests/otlp_receiver.py` runs one in its own process (the tracing benchmark's collector),
+printing `PORT=<n>` once it listens, until it is terminated.
 """
 
 from __future__ import annotations
 
 import gzip
+import json
+import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -99,6 +106,18 @@ class OtlpReceiver:
                 self.end_headers()
                 self.wfile.write(reply)
 
+            def do_GET(self) -> None:  # noqa: N802
+                with receiver._changed:
+                    counts: dict[str, int] = {}
+                    for span in receiver.spans:
+                        counts[span.service] = counts.get(span.service, 0) + 1
+                reply = json.dumps({"spans": counts, "requests": receiver.requests}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
@@ -124,3 +143,17 @@ class OtlpReceiver:
             self._server.shutdown()
             self._server.server_close()
             thread.join(timeout=5)
+
+
+def main() -> None:
+    receiver = OtlpReceiver()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    print(f"PORT={receiver.endpoint.rsplit(':', 1)[1]}", flush=True)
+    try:
+        receiver._server.serve_forever(poll_interval=0.05)
+    finally:
+        receiver._server.server_close()
+
+
+if __name__ == "__main__":
+    main()

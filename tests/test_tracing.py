@@ -16,6 +16,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import mcp_types as types
@@ -245,6 +246,99 @@ async def test_a_retried_call_shows_one_span_per_attempt_and_its_log_lines_carry
     assert retrying and all(line["trace_id"] == CLIENT_TRACE for line in retrying)
     assert all(line["server"] == "child" and line["tool"] == "child__slow_lookup" for line in retrying)
     assert all({"timestamp", "level", "logger", "message", "span_id"} <= line.keys() for line in retrying)
+
+
+async def test_a_timed_out_call_and_a_breaker_refusal_each_have_their_span(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path / "gateway.yaml",
+        f"""
+        mcps:
+          child:
+            command: {sys.executable}
+            args: ["{DEMO_SERVER}", stdio, --name, child]
+            tool_timeouts: {{sleep: 0.5}}
+        """,
+    )
+    timed_out, refused = "1" * 32, "2" * 32
+    with OtlpReceiver().running() as receiver:
+        env = gateway_tracing_env(receiver) | {"GATEWAY_RESILIENCE__BREAKER_FAILURES": "1"}
+        process, url = start_gateway_http(config, tmp_path, env)
+        try:
+            with anyio.fail_after(60):
+                async with Client(url, mode="legacy") as client:  # the handshake era: the span names the session
+                    meta = {"traceparent": traceparent(timed_out, CLIENT_SPAN)}
+                    assert (await client.call_tool("child__sleep", {"seconds": 5}, meta=meta)).is_error
+                    meta = {"traceparent": traceparent(refused, CLIENT_SPAN)}
+                    assert (await client.call_tool("child__echo", {"text": "x"}, meta=meta)).is_error
+
+                def complete(spans: list[ReceivedSpan]) -> bool:
+                    return {timed_out, refused} <= {s.trace_id for s in spans if s.kind == "SERVER"}
+
+                spans = await anyio.to_thread.run_sync(receiver.wait_for, complete, 30)
+        finally:
+            stop_process(process)
+
+    for trace_id, code, layer in (
+        (timed_out, "upstream_timeout", "gateway.timeout"),
+        (refused, "circuit_open", "gateway.breaker"),
+    ):
+        server = one(spans, trace_id=trace_id, kind="SERVER")
+        assert server.attributes["mcp_gateway.error.code"] == code and server.status == "ERROR"
+        assert server.attributes["mcp.session.id"]
+        attempt = one(spans, parent_id=server.span_id, name="gateway.attempt")
+        assert attempt.status == "ERROR" and attempt.attributes["error.type"] == code
+        span = one(spans, parent_id=attempt.span_id, name=layer)
+        assert span.status == "ERROR" and span.attributes["error.type"] == code
+    assert one(spans, trace_id=timed_out, name="gateway.timeout").attributes["mcp_gateway.timeout_seconds"] == 0.5
+    assert one(spans, trace_id=refused, name="gateway.breaker").attributes["mcp_gateway.breaker.state"] == "open"
+
+
+@pytest.mark.parametrize("upstream", ["child", "web"])
+async def test_a_sampling_request_relayed_back_to_the_client_carries_the_calls_trace(
+    tmp_path: Path, upstream: str
+) -> None:
+    seen: list[dict[str, Any]] = []
+
+    async def sampling(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        seen.append(dict(params.meta or {}))
+        return types.CreateMessageResult(
+            role="assistant", content=types.TextContent(type="text", text="42"), model="test-model"
+        )
+
+    with OtlpReceiver().running() as receiver, traced_upstream(receiver) as web_url:
+        config = write_config(
+            tmp_path / "gateway.yaml",
+            f"""
+            mcps:
+              child:
+                command: {sys.executable}
+                args: ["{DEMO_SERVER}", stdio, --name, child]
+              web:
+                url: {web_url}
+            """,
+        )
+        process, url = start_gateway_http(config, tmp_path, gateway_tracing_env(receiver))
+        try:
+            with anyio.fail_after(60):
+                async with Client(url, mode="legacy", sampling_callback=sampling) as client:
+                    meta = {"traceparent": traceparent(CLIENT_TRACE, CLIENT_SPAN)}
+                    tool = "child__ask_llm" if upstream == "child" else "web__ask"
+                    result = await client.call_tool(tool, {"question": "6*7?"}, meta=meta)
+                    assert not result.is_error, result
+                [asked] = seen
+                _, trace_id, span_id, _ = asked["traceparent"].split("-")
+                assert trace_id == CLIENT_TRACE  # the client's own trace comes back with the question
+
+                def arrived(spans: list[ReceivedSpan]) -> bool:
+                    return any(s.span_id == span_id for s in spans)
+
+                spans = await anyio.to_thread.run_sync(receiver.wait_for, arrived, 30)
+        finally:
+            stop_process(process)
+    # ... as the child of the gateway's span that sent the question to the client.
+    relayed = one(spans, span_id=span_id)
+    assert relayed.service == "mcp-gateway" and relayed.kind == "CLIENT"
+    assert relayed.name == "MCP send sampling/createMessage"
 
 
 def test_tracing_off_loads_no_opentelemetry_sdk_or_exporter() -> None:

@@ -10,10 +10,10 @@ span of each request, continuing the trace that the request's `_meta` carries. I
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
 import mcp_types as types
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import MCPServer, Resolve, Sample
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -21,6 +21,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 HEADERS: list[str] = []
+
+
+def _ask(question: str) -> Sample:
+    return Sample(
+        [types.SamplingMessage(role="user", content=types.TextContent(type="text", text=question))], max_tokens=20
+    )
 
 
 def main() -> None:
@@ -34,6 +40,12 @@ def main() -> None:
     def echo(text: str) -> str:
         """Echo the text back."""
         return text
+
+    @mcp.tool()
+    async def ask(question: str, answer: Annotated[types.CreateMessageResult, Resolve(_ask)]) -> str:
+        """Ask the client's model (sampling, in either protocol era), relayed by the gateway."""
+        content = answer.content
+        return f"LLM said: {content.text if isinstance(content, types.TextContent) else content}"
 
     @mcp.tool()
     def traceparent_headers() -> str:
