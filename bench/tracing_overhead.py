@@ -10,7 +10,9 @@ the fixture plugin registers (tool `mem__echo`), with records on as by default:
 - sampling 1: tracing on, `OTEL_TRACES_SAMPLER=always_on`, every span batch-exported over OTLP/HTTP
               to a real receiver in its own process (`tests/otlp_receiver.py`) on 127.0.0.1;
 - baseline (with `--baseline-tree DIR`): a gateway from another source tree, e.g. the commit
-              before tracing (`git archive <commit> | tar -x -C DIR`), to compare "off" with.
+              before tracing (`git archive <commit> | tar -x -C DIR`), to compare "off" with;
+- sampling 1 without export (with `--unexported`): `OTEL_TRACES_EXPORTER=none`, what making and
+              recording the spans costs without encoding and sending them.
 
 The client is the SDK's `Client` over stdio (auto mode). After a warm-up the variants take turns in
 blocks of calls, the order rotated every round, so the machine's noise falls on all alike; each row
@@ -62,13 +64,16 @@ class Variant:
     """Per-call latency in milliseconds."""
 
 
-def _variants(endpoint: str, baseline: Path | None) -> list[Variant]:
+def _variants(endpoint: str, baseline: Path | None, unexported: bool) -> list[Variant]:
     otlp = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_SERVICE_NAME": "bench-gateway"}
     out = [
         Variant("off", {}),
         Variant("on, sampling 0", {"GATEWAY_TRACING__ENABLED": "true", "OTEL_TRACES_SAMPLER": "always_off", **otlp}),
         Variant("on, sampling 1", {"GATEWAY_TRACING__ENABLED": "true", "OTEL_TRACES_SAMPLER": "always_on", **otlp}),
     ]
+    if unexported:  # what making and recording the spans costs, without encoding and sending them
+        on = {"GATEWAY_TRACING__ENABLED": "true", "OTEL_TRACES_SAMPLER": "always_on", "OTEL_TRACES_EXPORTER": "none"}
+        out.append(Variant("on, 1, no export", on))
     if baseline is not None:
         out.insert(0, Variant("baseline tree", {}, tree=baseline))
     return out
@@ -176,7 +181,7 @@ def _received(endpoint: str) -> dict[str, Any]:
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
     receiver, endpoint = _start_receiver()
     try:
-        variants = _variants(endpoint, args.baseline_tree)
+        variants = _variants(endpoint, args.baseline_tree, args.unexported)
         with tempfile.TemporaryDirectory(prefix="mcp-gateway-bench-") as tmp:
             workdir = Path(tmp)
             errlog_path = workdir / "stderr.log"
@@ -223,6 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--block", type=int, default=50, help="calls per turn in the round robin (default 50)")
     parser.add_argument("--timeout", type=float, default=900, help="bound on the whole run, seconds (default 900)")
     parser.add_argument("--baseline-tree", type=Path, help="also run a gateway from this source tree")
+    parser.add_argument(
+        "--unexported", action="store_true", help="also run sampling 1 with OTEL_TRACES_EXPORTER=none (no export)"
+    )
     parser.add_argument("--json", action="store_true", help="also print one JSON object, last on stdout")
     args = parser.parse_args(argv)
     if args.calls < 1 or args.block < 1 or args.warmup < 0:

@@ -44,6 +44,7 @@ class ObservedCalls:
             span = tracing.current_span()
             if span is None:
                 return await call_next(call)
+            # Gathered, then set at once: each `set_attribute` takes the span's lock and checks the value.
             attributes: dict[str, Any] = {
                 "mcp.method.name": "tools/call",
                 "gen_ai.operation.name": "execute_tool",
@@ -59,21 +60,21 @@ class ObservedCalls:
                 stored = self.arguments(call.server, call.arguments)
                 if stored is not None:
                     attributes["gen_ai.tool.call.arguments"] = stored
-            span.set_attributes(attributes)
             try:
                 result = await call_next(call)
+                attributes["mcp_gateway.result.size"] = result_text_bytes(result)
+                if result.is_error:
+                    attributes["mcp_gateway.error.code"] = "tool_error"
+                return result
             except GatewayError as error:
-                span.set_attribute("mcp_gateway.error.code", error.code)
+                attributes["mcp_gateway.error.code"] = error.code
                 raise
             finally:
-                span.set_attribute("mcp_gateway.attempts", call.attempts)
+                attributes["mcp_gateway.attempts"] = call.attempts
                 execution = call.notes.get(_EXECUTION_NOTE)
                 if execution is not None:
-                    span.set_attribute("mcp_gateway.execution.id", execution)
-            span.set_attribute("mcp_gateway.result.size", result_text_bytes(result))
-            if result.is_error:
-                span.set_attribute("mcp_gateway.error.code", "tool_error")
-            return result
+                    attributes["mcp_gateway.execution.id"] = execution
+                span.set_attributes(attributes)
 
 
 def result_text_bytes(result: types.CallToolResult) -> int:
