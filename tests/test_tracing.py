@@ -261,7 +261,10 @@ async def test_a_timed_out_call_and_a_breaker_refusal_each_have_their_span(tmp_p
     )
     timed_out, refused = "1" * 32, "2" * 32
     with OtlpReceiver().running() as receiver:
-        env = gateway_tracing_env(receiver) | {"GATEWAY_RESILIENCE__BREAKER_FAILURES": "1"}
+        env = gateway_tracing_env(receiver) | {
+            "GATEWAY_RESILIENCE__BREAKER_FAILURES": "1",
+            "GATEWAY_TRACING__CAPTURE_ARGUMENTS": "true",
+        }
         process, url = start_gateway_http(config, tmp_path, env)
         try:
             with anyio.fail_after(60):
@@ -269,7 +272,8 @@ async def test_a_timed_out_call_and_a_breaker_refusal_each_have_their_span(tmp_p
                     meta = {"traceparent": traceparent(timed_out, CLIENT_SPAN)}
                     assert (await client.call_tool("child__sleep", {"seconds": 5}, meta=meta)).is_error
                     meta = {"traceparent": traceparent(refused, CLIENT_SPAN)}
-                    assert (await client.call_tool("child__echo", {"text": "x"}, meta=meta)).is_error
+                    arguments = {"text": "x", "password": "hunter2"}
+                    assert (await client.call_tool("child__echo", arguments, meta=meta)).is_error
 
                 def complete(spans: list[ReceivedSpan]) -> bool:
                     return {timed_out, refused} <= {s.trace_id for s in spans if s.kind == "SERVER"}
@@ -290,6 +294,12 @@ async def test_a_timed_out_call_and_a_breaker_refusal_each_have_their_span(tmp_p
         span = one(spans, parent_id=attempt.span_id, name=layer)
         assert span.status == "ERROR" and span.attributes["error.type"] == code
     assert one(spans, trace_id=timed_out, name="gateway.timeout").attributes["mcp_gateway.timeout_seconds"] == 0.5
+    # GATEWAY_TRACING__CAPTURE_ARGUMENTS: the arguments are on the span, redacted as the records redact them.
+    captured = one(spans, trace_id=refused, kind="SERVER").attributes["gen_ai.tool.call.arguments"]
+    assert json.loads(captured) == {"text": "x", "password": "***"}
+    assert json.loads(one(spans, trace_id=timed_out, kind="SERVER").attributes["gen_ai.tool.call.arguments"]) == {
+        "seconds": 5
+    }
     assert one(spans, trace_id=refused, name="gateway.breaker").attributes["mcp_gateway.breaker.state"] == "open"
 
 
