@@ -351,6 +351,24 @@ async def test_a_sampling_request_relayed_back_to_the_client_carries_the_calls_t
     assert relayed.name == "MCP send sampling/createMessage"
 
 
+async def test_spans_still_buffered_are_exported_when_the_gateway_stops(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "gateway.yaml", "mcps: {}\n")
+    with OtlpReceiver().running() as receiver:
+        env = gateway_tracing_env(receiver) | {"OTEL_BSP_SCHEDULE_DELAY": "600000"}  # no export before the stop
+        process, url = start_gateway_http(config, tmp_path, env)
+        try:
+            with anyio.fail_after(30):
+                async with Client(url) as client:
+                    meta = {"traceparent": traceparent(CLIENT_TRACE, CLIENT_SPAN)}
+                    await client.list_tools(meta=meta)
+        finally:
+            stop_process(process)  # SIGTERM: a clean shutdown
+        assert process.returncode == 0
+        spans = receiver.wait_for(lambda spans: bool(spans), 5)
+    listed = one(spans, trace_id=CLIENT_TRACE, kind="SERVER")
+    assert listed.name == "tools/list" and listed.parent_id == CLIENT_SPAN
+
+
 def test_tracing_off_loads_no_opentelemetry_sdk_or_exporter() -> None:
     code = (
         "import sys\n"

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -79,11 +80,17 @@ class Tracing:
     exporter: str
     """What the spans go to: `otlp http/protobuf`, `otlp grpc`, `console` or `none`."""
 
-    def shutdown(self) -> None:
+    def shutdown(self, timeout: float = 5.0) -> None:
+        """Stop making spans and export those still buffered, waiting `timeout` seconds at most: the
+        exporter retries an unreachable collector for up to its own timeout (10 s by default), and
+        a gateway asked to stop must not wait that long. Spans still unsent then are lost."""
         global _tracer
         _tracer = None
-        self.provider.force_flush(5_000)
-        self.provider.shutdown()
+        stopping = threading.Thread(target=self.provider.shutdown, name="tracing-shutdown", daemon=True)
+        stopping.start()
+        stopping.join(timeout)
+        if stopping.is_alive():
+            logger.warning("tracing: the spans not exported within %g s of shutting down are lost", timeout)
 
 
 def enabled() -> bool:
