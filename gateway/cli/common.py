@@ -84,6 +84,7 @@ def configure_logging(settings: Settings) -> None:
     handler = logging.StreamHandler(sys.stderr)
     if settings.log_format == "json":
         handler.setFormatter(JsonFormatter())
+        logging.captureWarnings(True)  # a Python warning is a log line too, not a line of plain text
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=settings.log_level, handlers=[handler])
