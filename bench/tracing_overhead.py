@@ -17,8 +17,10 @@ the fixture plugin registers (tool `mem__echo`), with records on as by default:
 The client is the SDK's `Client` over stdio (auto mode). After a warm-up the variants take turns in
 blocks of calls, the order rotated every round, so the machine's noise falls on all alike; each row
 is compared with "off": the ratio of medians and the median over blocks of the difference of block
-medians (`added ms`). At the end the receiver's span count is checked: sampling 1 exported, the
-others did not.
+medians (`added ms`). Latency between processes on a shared machine is noisy, so each gateway's
+CPU time while the calls were measured (user + system, all threads: the exporter's included,
+from `/proc`) is reported too, per call: less sensitive to scheduling than latency. At the end
+it prints how many spans the receiver got (only sampling 1 exports).
 
     python bench/tracing_overhead.py                  # 3000 measured calls per variant
     python bench/tracing_overhead.py --calls 1000 --json
@@ -62,6 +64,11 @@ class Variant:
     client: Client | None = None
     samples: list[float] = field(default_factory=list)
     """Per-call latency in milliseconds."""
+    pid: int = 0
+    """The gateway's process id (the in-memory demo server's `pid` tool runs in it)."""
+    cpu_s: float = 0.0
+    """CPU seconds (user + system, all threads: the exporter's included) the gateway spent while the calls
+    were measured (its idle work meanwhile too: the records' writer, pings; alike in every variant)."""
 
 
 def _variants(endpoint: str, baseline: Path | None, unexported: bool) -> list[Variant]:
@@ -112,6 +119,8 @@ async def _connect(stack: AsyncExitStack, variants: list[Variant], workdir: Path
         )
         variant.client = await stack.enter_async_context(Client(stdio_client(params, errlog=errlog)))
         await _call(variant.client)
+        answer = (await variant.client.call_tool("mem__pid", {})).content[0]
+        variant.pid = int(answer.text)  # type: ignore[union-attr]
 
 
 async def _measure(variants: list[Variant], calls: int, warmup: int, block: int) -> None:
@@ -119,6 +128,8 @@ async def _measure(variants: list[Variant], calls: int, warmup: int, block: int)
         assert v.client is not None
         for _ in range(warmup):
             await _call(v.client)
+    # CPU over the whole measurement, not per block: an exporter thread works on after its block.
+    cpu = {v.key: _cpu_seconds(v.pid) for v in variants}
     for r in range(-(-calls // block)):
         shift = r % len(variants)
         for v in variants[shift:] + variants[:shift]:
@@ -126,6 +137,17 @@ async def _measure(variants: list[Variant], calls: int, warmup: int, block: int)
             for _ in range(min(block, calls - len(v.samples))):
                 v.samples.append(await _call(v.client))
         gc.collect()  # between blocks: a collection pause lands on no call
+    for v in variants:
+        v.cpu_s = _cpu_seconds(v.pid) - cpu[v.key]
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far, all its threads (Linux `/proc`; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _paired_added(variant: Variant, base: Variant, block: int) -> float:
@@ -139,6 +161,7 @@ def _paired_added(variant: Variant, base: Variant, block: int) -> float:
 def _report(variants: list[Variant], block: int) -> list[dict[str, Any]]:
     off = next(v for v in variants if v.key == "off")
     off_median = statistics.median(off.samples)
+    off_cpu = off.cpu_s * 1000 / len(off.samples)
     rows = []
     for v in variants:
         s = sorted(v.samples)
@@ -152,6 +175,8 @@ def _report(variants: list[Variant], block: int) -> list[dict[str, Any]]:
                 "p99_ms": s[int(0.99 * (len(s) - 1))],
                 "ratio_vs_off": median / off_median,
                 "added_ms_vs_off": _paired_added(v, off, block),
+                "cpu_ms_per_call": v.cpu_s * 1000 / len(s),
+                "added_cpu_ms_vs_off": v.cpu_s * 1000 / len(s) - off_cpu,
             }
         )
     return rows
@@ -247,11 +272,15 @@ def main(argv: list[str] | None = None) -> int:
         f"load {m['loadavg']}; measured in {result['measure_s']} s"
     )
     print(f"spans received by the OTLP receiver: {result['received']}\n")
-    print(f"{'variant':<16}{'median ms':>10}{'p95 ms':>9}{'p99 ms':>9}{'x off':>7}{'added ms':>10}")
+    print(
+        f"{'variant':<18}{'median ms':>10}{'p95 ms':>9}{'p99 ms':>9}{'x off':>7}{'added ms':>10}"
+        f"{'gateway CPU ms/call':>21}{'added CPU ms':>14}"
+    )
     for r in result["rows"]:
         print(
-            f"{r['variant']:<16}{r['median_ms']:>10.3f}{r['p95_ms']:>9.3f}{r['p99_ms']:>9.3f}"
+            f"{r['variant']:<18}{r['median_ms']:>10.3f}{r['p95_ms']:>9.3f}{r['p99_ms']:>9.3f}"
             f"{r['ratio_vs_off']:>7.3f}{r['added_ms_vs_off']:>+10.3f}"
+            f"{r['cpu_ms_per_call']:>21.3f}{r['added_cpu_ms_vs_off']:>+14.3f}"
         )
     if args.json:
         print(json.dumps(result))

@@ -178,8 +178,10 @@ def _exporter() -> tuple[Any, str]:
 
 def span(name: str, attributes: Mapping[str, Any] | None = None) -> contextlib.AbstractContextManager[Span | None]:
     """A child span of the current one around a block, made current within it; an exception
-    leaving the block sets its status and `error.type` (`mark_failed`). Nothing when tracing is off."""
-    if _tracer is None:
+    leaving the block sets its status and `error.type` (`mark_failed`). Nothing when tracing is off,
+    or when the current span does not record (a trace the sampler left out: its children would
+    not be sampled either, and making them costs as much as recording them)."""
+    if _tracer is None or not trace.get_current_span().is_recording():
         return _OFF
     return _span(_tracer, name, attributes)
 
@@ -213,8 +215,9 @@ def record_span(
     name: str, error: BaseException, *, started_ns: int | None = None, attributes: Mapping[str, Any] | None = None
 ) -> None:
     """A span for something already over, that failed: a breaker's refusal (instant), a timeout
-    (from `started_ns`, a `time.time_ns()`, until now). Nothing when tracing is off."""
-    if _tracer is None:
+    (from `started_ns`, a `time.time_ns()`, until now). Nothing when tracing is off or the current
+    span does not record."""
+    if _tracer is None or not trace.get_current_span().is_recording():
         return
     ended = _tracer.start_span(name, attributes=attributes, start_time=started_ns or time.time_ns())
     mark_failed(ended, error)
@@ -267,9 +270,9 @@ def current_ids() -> tuple[str, str] | None:
 
 
 def start_root(name: str, attributes: Mapping[str, Any] | None = None) -> contextlib.AbstractContextManager[Any]:
-    """An INTERNAL span made current, unless one already records (the SDK's server span): a call the
-    gateway makes itself (`mcp-gateway call`) then still gets a trace."""
-    if _tracer is None or trace.get_current_span().is_recording():
+    """An INTERNAL span made current when there is no span at all (a call that reaches the chain
+    outside any served request), so it still gets a trace; nothing under a span, sampled or not."""
+    if _tracer is None or trace.get_current_span().get_span_context().is_valid:
         return _OFF
     return _span(_tracer, name, attributes)
 
