@@ -12,7 +12,8 @@ the fixture plugin registers (tool `mem__echo`), with records on as by default:
 - baseline (with `--baseline-tree DIR`): a gateway from another source tree, e.g. the commit
               before tracing (`git archive <commit> | tar -x -C DIR`), to compare "off" with;
 - sampling 1 without export (with `--unexported`): `OTEL_TRACES_EXPORTER=none`, what making and
-              recording the spans costs without encoding and sending them.
+              recording the spans costs without encoding and sending them;
+- sampling 1 without layer spans (with `--no-layers`): `GATEWAY_TRACING__LAYER_SPANS=false`, exported.
 
 The client is the SDK's `Client` over stdio (auto mode). After a warm-up the variants take turns in
 blocks of calls, the order rotated every round, so the machine's noise falls on all alike; each row
@@ -71,7 +72,7 @@ class Variant:
     were measured (its idle work meanwhile too: the records' writer, pings; alike in every variant)."""
 
 
-def _variants(endpoint: str, baseline: Path | None, unexported: bool) -> list[Variant]:
+def _variants(endpoint: str, baseline: Path | None, unexported: bool, no_layers: bool) -> list[Variant]:
     otlp = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_SERVICE_NAME": "bench-gateway"}
     out = [
         Variant("off", {}),
@@ -81,6 +82,9 @@ def _variants(endpoint: str, baseline: Path | None, unexported: bool) -> list[Va
     if unexported:  # what making and recording the spans costs, without encoding and sending them
         on = {"GATEWAY_TRACING__ENABLED": "true", "OTEL_TRACES_SAMPLER": "always_on", "OTEL_TRACES_EXPORTER": "none"}
         out.append(Variant("on, 1, no export", on))
+    if no_layers:  # the SDK's spans and the call's attributes, without the validation and attempt spans
+        lean = {"GATEWAY_TRACING__LAYER_SPANS": "false"}
+        out.append(Variant("on, 1, no layers", {**out[2].env, **lean}))
     if baseline is not None:
         out.insert(0, Variant("baseline tree", {}, tree=baseline))
     return out
@@ -206,7 +210,7 @@ def _received(endpoint: str) -> dict[str, Any]:
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
     receiver, endpoint = _start_receiver()
     try:
-        variants = _variants(endpoint, args.baseline_tree, args.unexported)
+        variants = _variants(endpoint, args.baseline_tree, args.unexported, args.no_layers)
         with tempfile.TemporaryDirectory(prefix="mcp-gateway-bench-") as tmp:
             workdir = Path(tmp)
             errlog_path = workdir / "stderr.log"
@@ -255,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline-tree", type=Path, help="also run a gateway from this source tree")
     parser.add_argument(
         "--unexported", action="store_true", help="also run sampling 1 with OTEL_TRACES_EXPORTER=none (no export)"
+    )
+    parser.add_argument(
+        "--no-layers", action="store_true", help="also run sampling 1 with GATEWAY_TRACING__LAYER_SPANS=false"
     )
     parser.add_argument("--json", action="store_true", help="also print one JSON object, last on stdout")
     args = parser.parse_args(argv)

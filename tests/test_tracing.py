@@ -351,6 +351,37 @@ async def test_a_sampling_request_relayed_back_to_the_client_carries_the_calls_t
     assert relayed.name == "MCP send sampling/createMessage"
 
 
+async def test_without_layer_spans_the_client_span_is_the_server_spans_child(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path / "gateway.yaml",
+        f"""
+        mcps:
+          child:
+            command: {sys.executable}
+            args: ["{DEMO_SERVER}", stdio, --name, child]
+        """,
+    )
+    with OtlpReceiver().running() as receiver:
+        env = gateway_tracing_env(receiver) | {"GATEWAY_TRACING__LAYER_SPANS": "false"}
+        process, url = start_gateway_http(config, tmp_path, env)
+        try:
+            with anyio.fail_after(30):
+                async with Client(url) as client:
+                    meta = {"traceparent": traceparent(CLIENT_TRACE, CLIENT_SPAN)}
+                    assert text_of(await client.call_tool("child__echo", {"text": "x"}, meta=meta)) == "x"
+
+                def complete(spans: list[ReceivedSpan]) -> bool:
+                    return any(s.trace_id == CLIENT_TRACE and s.kind == "CLIENT" for s in spans)
+
+                spans = await anyio.to_thread.run_sync(receiver.wait_for, complete, 30)
+        finally:
+            stop_process(process)
+    server = one(spans, trace_id=CLIENT_TRACE, kind="SERVER")
+    assert server.attributes["mcp_gateway.server.id"] == "child"  # the call's attributes are still there
+    [child] = [s for s in spans if s.parent_id == server.span_id]
+    assert child.kind == "CLIENT" and child.name == "MCP send tools/call echo"
+
+
 async def test_spans_still_buffered_are_exported_when_the_gateway_stops(tmp_path: Path) -> None:
     config = write_config(tmp_path / "gateway.yaml", "mcps: {}\n")
     with OtlpReceiver().running() as receiver:

@@ -254,6 +254,13 @@ class TracingSettings(BaseModel):
         default=False,
         description="Export traces over OTLP (needs `pip install 'mcp-gateway[otel]'`); off: no exporter is loaded.",
     )
+    layer_spans: bool = Field(
+        default=True,
+        description=(
+            "Make a span for each call-chain layer that runs on every call (validation, each attempt); "
+            "false: only the SDK's server and client spans, and spans for a breaker's refusal or a timeout."
+        ),
+    )
     capture_arguments: bool = Field(
         default=False,
         description=(

@@ -64,6 +64,8 @@ _TRACER_NAME = "mcp-gateway"
 
 _tracer: trace.Tracer | None = None
 """The gateway's tracer while tracing is on; None when off (every helper then does nothing)."""
+_layer_spans = True
+"""`GATEWAY_TRACING__LAYER_SPANS`: whether `span` makes the every-call spans (validation, attempts)."""
 _OFF: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 
@@ -108,7 +110,7 @@ def start_tracing(settings: TracingSettings, *, processor: Any = None) -> Tracin
     and the resource (`OTEL_SERVICE_NAME`, else `mcp-gateway`; `OTEL_RESOURCE_ATTRIBUTES`).
     `processor` replaces the exporter's batch processor (tests collect spans in memory with it).
     """
-    global _tracer
+    global _tracer, _layer_spans
     if not settings.enabled:
         return None
     try:
@@ -134,6 +136,7 @@ def start_tracing(settings: TracingSettings, *, processor: Any = None) -> Tracin
             provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
     _tracer = trace.get_tracer(_TRACER_NAME, version)
+    _layer_spans = settings.layer_spans
     logger.info("tracing on: spans go to %s", described)
     return Tracing(provider, described)
 
@@ -180,8 +183,9 @@ def span(name: str, attributes: Mapping[str, Any] | None = None) -> contextlib.A
     """A child span of the current one around a block, made current within it; an exception
     leaving the block sets its status and `error.type` (`mark_failed`). Nothing when tracing is off,
     or when the current span does not record (a trace the sampler left out: its children would
-    not be sampled either, and making them costs as much as recording them)."""
-    if _tracer is None or not trace.get_current_span().is_recording():
+    not be sampled either, and making them costs as much as recording them), or when
+    `GATEWAY_TRACING__LAYER_SPANS` is false."""
+    if _tracer is None or not _layer_spans or not trace.get_current_span().is_recording():
         return _OFF
     return _span(_tracer, name, attributes)
 
