@@ -351,6 +351,38 @@ async def test_a_sampling_request_relayed_back_to_the_client_carries_the_calls_t
     assert relayed.name == "MCP send sampling/createMessage"
 
 
+async def test_a_traceparent_header_continues_the_trace_under_stateless_http_in_both_eras(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path / "gateway.yaml",
+        f"""
+        mcps:
+          child:
+            command: {sys.executable}
+            args: ["{DEMO_SERVER}", stdio, --name, child]
+        """,
+    )
+    with OtlpReceiver().running() as receiver:
+        env = gateway_tracing_env(receiver) | {"GATEWAY_HTTP__STATELESS": "true"}
+        process, url = start_gateway_http(config, tmp_path, env)
+        try:
+            with anyio.fail_after(30):
+                for mode in ("auto", "legacy"):
+                    header = {"traceparent": traceparent(HEADER_TRACE, HEADER_SPAN)}
+                    async with create_mcp_http_client(headers=header) as http:
+                        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
+                            assert text_of(await client.call_tool("child__echo", {"text": mode})) == mode
+
+                def complete(spans: list[ReceivedSpan]) -> bool:
+                    calls = [s for s in spans if s.trace_id == HEADER_TRACE and s.name == "tools/call child__echo"]
+                    return len(calls) == 2
+
+                spans = await anyio.to_thread.run_sync(receiver.wait_for, complete, 30)
+        finally:
+            stop_process(process)
+    calls = [s for s in spans if s.trace_id == HEADER_TRACE and s.name == "tools/call child__echo"]
+    assert [s.parent_id for s in calls] == [HEADER_SPAN, HEADER_SPAN]
+
+
 async def test_without_layer_spans_the_client_span_is_the_server_spans_child(tmp_path: Path) -> None:
     config = write_config(
         tmp_path / "gateway.yaml",

@@ -2,7 +2,7 @@
 trace and to its log lines.
 
 It adds the call's attributes to the current span (the SDK's SERVER span of the `tools/call`,
-or a span of its own when the gateway calls a tool itself) and names the server and tool in the
+or a span of its own when no span surrounds the call) and names the server and tool in the
 log lines written meanwhile (`gateway.observability.logs.call_context`). The spans of the layers
 that do work (validation, each attempt, a breaker's refusal, a timeout) are made by those layers
 through `gateway.observability.tracing`; this layer is not in the chain when both are off.
