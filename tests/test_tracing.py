@@ -21,7 +21,8 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-from mcp import Client
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
@@ -430,6 +431,24 @@ async def test_spans_still_buffered_are_exported_when_the_gateway_stops(tmp_path
         spans = receiver.wait_for(lambda spans: bool(spans), 5)
     listed = one(spans, trace_id=CLIENT_TRACE, kind="SERVER")
     assert listed.name == "tools/list" and listed.parent_id == CLIENT_SPAN
+
+
+async def test_the_console_exporter_writes_on_stderr_and_leaves_stdio_to_the_protocol(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "gateway.yaml", "mcps: {}\n")
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "gateway", "--config", str(config), "serve", "--transport", "stdio"],
+        env=gateway_env(tmp_path)
+        | NO_EMBEDDINGS
+        | {"GATEWAY_TRACING__ENABLED": "true", "OTEL_TRACES_EXPORTER": "console"},
+        cwd=str(REPO),
+    )
+    stderr = tmp_path / "stderr.log"
+    with anyio.fail_after(30), stderr.open("w") as errlog:
+        async with Client(stdio_client(params, errlog=errlog)) as client:
+            meta = {"traceparent": traceparent(CLIENT_TRACE, CLIENT_SPAN)}
+            await client.list_tools(meta=meta)
+    assert f"0x{CLIENT_TRACE}" in stderr.read_text()  # the span, as the console exporter prints it
 
 
 def test_tracing_off_loads_no_opentelemetry_sdk_or_exporter() -> None:

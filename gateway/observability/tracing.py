@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -103,7 +104,7 @@ def enabled() -> bool:
 def start_tracing(settings: TracingSettings, *, processor: Any = None) -> Tracing | None:
     """Install the process's tracer provider when `settings.enabled`; None when tracing is off.
 
-    The exporter follows `OTEL_TRACES_EXPORTER` (`otlp`, the default; `console`; `none`) and, for
+    The exporter follows `OTEL_TRACES_EXPORTER` (`otlp`, the default; `console`, on stderr; `none`) and, for
     OTLP, `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` / `OTEL_EXPORTER_OTLP_PROTOCOL` (`http/protobuf`,
     the default, or `grpc`); the exporter itself reads the endpoint, headers and timeout from the
     `OTEL_EXPORTER_OTLP_*` variables, the provider the sampler (`OTEL_TRACES_SAMPLER`, `..._ARG`)
@@ -149,7 +150,8 @@ def _exporter() -> tuple[Any, str]:
     if kind == "console":
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
-        return ConsoleSpanExporter(), "console"
+        # stderr, never stdout: stdout carries the MCP protocol under `serve --transport stdio`.
+        return ConsoleSpanExporter(out=sys.stderr), "console (stderr)"
     if kind != "otlp":
         raise TracingUnavailable(f"OTEL_TRACES_EXPORTER={kind!r} is not supported: use otlp, console or none.")
     protocol = (
