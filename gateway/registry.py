@@ -284,6 +284,7 @@ class Registry:
         self.metrics.watch_upstreams(self._upstream_figures, get_args(ServerState), get_args(BreakerState))
         self.breakers = CircuitBreakers(resilience.breaker_failures, resilience.breaker_reset_seconds)
         self._recorder: Middleware | None = None
+        self._observer: Middleware | None = None
         self.admission: list[Middleware] = [runnable]
         """The layers that refuse calls which must not go on (`check_calls`, `admit`)."""
         self._core: list[Middleware] = [
@@ -502,12 +503,19 @@ class Registry:
         return [UpstreamFigures(u.id, u.state, self.breakers.state(u.id)) for u in list(self.upstreams.values())]
 
     def _compose(self) -> None:
-        self.call_chain = [*([self._recorder] if self._recorder is not None else []), *self.admission, *self._core]
+        outer = [layer for layer in (self._observer, self._recorder) if layer is not None]
+        self.call_chain = [*outer, *self.admission, *self._core]
         self._run_call = compose(self.call_chain)
 
     def record_calls(self, recorder: Middleware) -> None:
         """Put the records' middleware outermost in the call chain: it sees final results and refusals."""
         self._recorder = recorder
+        self._compose()
+
+    def observe_calls(self, observer: Middleware) -> None:
+        """Put the tracing and log-context layer (`gateway.calls.observed`) outermost, around the records'
+        one: the call's span is current when its record takes the trace id."""
+        self._observer = observer
         self._compose()
 
     def check_calls(self, limits: LimitsConfig) -> None:

@@ -7,6 +7,7 @@ from the real store (SQLite in the test's data dir; PostgreSQL in test_records_p
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from gateway.config.settings import RecordsSettings, Settings
 from gateway.errors import ERROR_META_KEY, UpstreamUnavailable
 from gateway.records.cut import truncated_arguments
 from gateway.records.feedback import FeedbackError, parse_feedback
+from gateway.records.migrations import MIGRATIONS
 from gateway.records.model import FEEDBACK_TOKEN_META_KEY, PendingExecution
 from gateway.records.recorder import CallRecorder
 from gateway.records.redaction import Redactor
@@ -493,7 +495,7 @@ def test_retention_deletes_old_records_with_their_failures_and_feedback(tmp_path
     from gateway.records.store import Batch
 
     def execution(id_: str, at: float) -> tuple[Any, ...]:
-        return (id_, at, "s", "s__t", None, None, "{}", "ok", 2, 1.0, "error", "tool_error", 1, None)
+        return (id_, at, "s", "s__t", None, None, "{}", "ok", 2, 1.0, "error", "tool_error", 1, None, None)
 
     batch = Batch(
         executions=[execution("old", 100.0), execution("new", 10_000.0)],
@@ -512,13 +514,35 @@ def test_retention_deletes_old_records_with_their_failures_and_feedback(tmp_path
 def test_migrations_run_once_and_are_versioned(tmp_path: Path) -> None:
     path = tmp_path / "r.sqlite3"
     first = SqliteStore(path)
-    assert first.schema_version() == 1
+    assert first.schema_version() == 2
     first.close()
     again = SqliteStore(path)
-    assert again.schema_version() == 1
+    assert again.schema_version() == 2
     names, rows = again.rows("executions")
     assert rows == [] and names[:4] == ["id", "at", "server", "tool"]
     again.close()
+
+
+def test_a_records_file_from_before_tracing_gains_the_trace_id_column_and_keeps_its_rows(tmp_path: Path) -> None:
+    path = tmp_path / "r.sqlite3"
+    with sqlite3.connect(path) as old:  # the schema as migration 1 left it, with one execution
+        old.execute(
+            "CREATE TABLE schema_version (version INTEGER PRIMARY KEY, description TEXT NOT NULL, "
+            "applied_at DOUBLE PRECISION NOT NULL)"
+        )
+        for statement in MIGRATIONS[0].statements():
+            old.execute(statement)
+        old.execute("INSERT INTO schema_version VALUES (1, 'v1', 0)")
+        old.execute(
+            "INSERT INTO executions (id, at, server, tool, latency_ms, status, attempts) "
+            "VALUES ('e1', 1.0, 's', 's__t', 1.0, 'success', 1)"
+        )
+    old.close()
+    store = SqliteStore(path)
+    assert store.schema_version() == 2
+    names, rows = store.rows("executions")
+    assert names[-1] == "trace_id" and [row[0] for row in rows] == ["e1"] and rows[0][-1] is None
+    store.close()
 
 
 def test_a_database_url_that_is_not_postgresql_is_refused_clearly(tmp_path: Path) -> None:

@@ -76,10 +76,10 @@ def test_replicas_starting_together_apply_each_migration_once(database_url: str)
         thread.start()
     for thread in threads:
         thread.join(30)
-    assert versions == [1, 1, 1, 1]
+    assert versions == [2, 2, 2, 2]
     with stores[0]._using() as cursor:
         cursor.execute("SELECT count(*) FROM schema_version")
-        assert cursor.fetchone()[0] == 1
+        assert cursor.fetchone()[0] == 2
     for store in stores:
         store.close()
 

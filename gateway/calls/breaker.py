@@ -24,6 +24,7 @@ import mcp_types as types
 
 from gateway.calls.chain import CallHandler, ToolCall
 from gateway.errors import CircuitOpen, UpstreamTimeout, UpstreamUnavailable
+from gateway.observability import tracing
 
 __all__ = ["Admission", "BreakerState", "CircuitBreaker", "CircuitBreakers", "refusal"]
 
@@ -146,7 +147,9 @@ class CircuitBreakers:
         breaker = self.get(call.server)
         admission = breaker.admit()
         if admission is None:
-            raise refusal(call.server, breaker)
+            refused = refusal(call.server, breaker)
+            tracing.record_span("gateway.breaker", refused, attributes={"mcp_gateway.breaker.state": breaker.state})
+            raise refused
         try:
             result = await call_next(call)
         except _UPSTREAM_FAILURES:

@@ -23,6 +23,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop
 
 from gateway.calls.chain import CallHandler, ToolCall
 from gateway.errors import ExceededRetries, GatewayError, OutcomeUnknown, UpstreamUnavailable
+from gateway.observability import tracing
 
 __all__ = ["Retries"]
 
@@ -61,7 +62,8 @@ class Retries:
     async def __call__(self, call: ToolCall, call_next: CallHandler) -> types.CallToolResult:
         started = time.monotonic()
         try:  # the first attempt runs bare: tenacity's machinery is only paid for by failures
-            return await call_next(call)
+            with tracing.span("gateway.attempt", {"mcp_gateway.attempt": 1}):  # nothing while tracing is off
+                return await call_next(call)
         except GatewayError as exc:
             if self.attempts < 2 or not self.retryable(call, exc, time.monotonic() - started):
                 unknown = _outcome_unknown(call, exc, 1)
@@ -88,7 +90,8 @@ class Retries:
                     logger.info("retrying %r on %r (attempt %d): %s", call.name, call.server, tries, last)
                     await self.wait_ready(call.server, max(0.0, remaining))
                     try:
-                        return await call_next(call)
+                        with tracing.span("gateway.attempt", {"mcp_gateway.attempt": tries}):
+                            return await call_next(call)
                     except GatewayError as exc:
                         last = exc
                         raise

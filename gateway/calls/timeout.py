@@ -3,28 +3,36 @@
 
 from __future__ import annotations
 
+import time
+
 import anyio
 import mcp_types as types
 
 from gateway.calls.chain import CallHandler, ToolCall
 from gateway.errors import UpstreamTimeout
+from gateway.observability import tracing
 
 __all__ = ["apply_timeout"]
 
 
 async def apply_timeout(call: ToolCall, call_next: CallHandler) -> types.CallToolResult:
     """Run the rest of the chain within `call.timeout` seconds, else raise `upstream_timeout`."""
+    started_ns = time.time_ns()
     try:
         with anyio.fail_after(call.timeout):
             return await call_next(call)
     except TimeoutError:
-        raise UpstreamTimeout(
+        error = UpstreamTimeout(
             f"Server {call.server!r} did not finish {call.name!r} within {call.timeout:g} s; the call was "
             f"cancelled. {_what_next(call)}",
             server=call.server,
             sent=True,
             details={"timeout_seconds": call.timeout},
-        ) from None
+        )
+        tracing.record_span(
+            "gateway.timeout", error, started_ns=started_ns, attributes={"mcp_gateway.timeout_seconds": call.timeout}
+        )
+        raise error from None
 
 
 def _what_next(call: ToolCall) -> str:

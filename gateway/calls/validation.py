@@ -18,6 +18,7 @@ from jsonschema.protocols import Validator
 
 from gateway.calls.chain import CallHandler, ToolCall
 from gateway.errors import InvalidArguments
+from gateway.observability import tracing
 
 __all__ = ["ArgumentValidator", "signature"]
 
@@ -31,12 +32,13 @@ class ArgumentValidator:
         self._compiled: dict[tuple[str, str], tuple[object, Validator | None]] = {}
 
     async def __call__(self, call: ToolCall, call_next: CallHandler) -> types.CallToolResult:
-        problem = self.problem(call.server, call.tool, call.arguments or {})
-        if problem is not None:
-            raise InvalidArguments(
-                f"Invalid arguments for {call.name!r}: {problem}. Expected: {signature(call.name, call.tool)}.",
-                server=call.server,
-            )
+        with tracing.span("gateway.validation"):  # nothing while tracing is off
+            problem = self.problem(call.server, call.tool, call.arguments or {})
+            if problem is not None:
+                raise InvalidArguments(
+                    f"Invalid arguments for {call.name!r}: {problem}. Expected: {signature(call.name, call.tool)}.",
+                    server=call.server,
+                )
         return await call_next(call)
 
     def problem(self, server: str, tool: types.Tool, arguments: dict[str, Any]) -> str | None:

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from gateway.config.loader import GatewayConfig, load_config
 from gateway.config.settings import Settings, describe_settings_error
+from gateway.observability.logs import JsonFormatter
 from gateway.plugins import PluginManager, get_plugin_manager
 from gateway.records.service import SQLITE_FILE, open_store
 from gateway.records.store import RecordStore
@@ -78,10 +79,15 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 
 def configure_logging(settings: Settings) -> None:
-    # stderr only: stdout carries the MCP protocol under `serve --transport stdio`.
-    logging.basicConfig(
-        stream=sys.stderr, level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    """Log to stderr (stdout carries the MCP protocol under `serve --transport stdio`), as text or, with
+    `GATEWAY_LOG_FORMAT=json`, one JSON object per line (`gateway.observability.logs`)."""
+    handler = logging.StreamHandler(sys.stderr)
+    if settings.log_format == "json":
+        handler.setFormatter(JsonFormatter())
+        logging.captureWarnings(True)  # a Python warning is a log line too, not a line of plain text
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=settings.log_level, handlers=[handler])
     for noisy in ("httpx", "httpx2", "mcp", "uvicorn.access"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
 

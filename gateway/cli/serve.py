@@ -7,15 +7,20 @@ import contextlib
 import logging
 import signal
 import sys
+from functools import partial
+from typing import Any
 
 import anyio
 
+from gateway.calls.observed import ObservedCalls
 from gateway.cli.common import EXIT_OK, Usage, load
 from gateway.config.loader import GatewayConfig
 from gateway.config.security import AuthConfig
 from gateway.config.settings import Settings
 from gateway.malloc import fix_mmap_threshold
+from gateway.observability.tracing import Tracing, TracingUnavailable, start_tracing
 from gateway.plugins import PluginManager
+from gateway.records.redaction import Redactor
 from gateway.records.service import Records, open_store
 from gateway.registry import Registry
 from gateway.router.service import RouterService, build_router
@@ -55,7 +60,30 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
         check_exposure(settings.http.host, config.auth, insecure=args.insecure_no_auth)
         Authenticator(config.auth)  # a broken JWKS file is a config error now, not at the first request
     fix_mmap_threshold()  # a large result must not raise the process's memory for good
-    return anyio.run(_serve, registry, settings, args.transport, pm, config, vetter)
+    tracing = _start_tracing(settings, registry)
+    try:
+        return anyio.run(_serve, registry, settings, args.transport, pm, config, vetter)
+    finally:
+        if tracing is not None:
+            tracing.shutdown()  # export the spans still buffered
+
+
+def _start_tracing(settings: Settings, registry: Registry) -> Tracing | None:
+    """Tracing (`GATEWAY_TRACING__ENABLED`) and the call layer that tells traces and JSON logs what a call is."""
+    try:
+        tracing = start_tracing(settings.tracing)
+    except TracingUnavailable as exc:
+        raise Usage(str(exc)) from None
+    if tracing is not None or settings.log_format == "json":
+        arguments = None
+        if tracing is not None and settings.tracing.capture_arguments:
+            redactor, limit = Redactor(settings.records.redact_keys), settings.records.max_argument_bytes
+
+            def arguments(server: str, values: dict[str, Any] | None) -> str | None:
+                return redactor.arguments_json(values, partial(registry.redact, server), limit)
+
+        registry.observe_calls(ObservedCalls(arguments))
+    return tracing
 
 
 def check_exposure(host: str, auth: AuthConfig, *, insecure: bool) -> None:

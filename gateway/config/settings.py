@@ -23,6 +23,7 @@ __all__ = [
     "ResilienceSettings",
     "RoutingSettings",
     "Settings",
+    "TracingSettings",
     "default_data_dir",
 ]
 
@@ -259,6 +260,30 @@ class RecordsSettings(BaseModel):
     )
 
 
+class TracingSettings(BaseModel):
+    """OpenTelemetry tracing (`gateway.observability.tracing`). Where and how spans are sent is read
+    from the standard `OTEL_*` variables (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_TRACES_SAMPLER`...)."""
+
+    enabled: bool = Field(
+        default=False,
+        description="Export traces over OTLP (needs `pip install 'mcp-gateway[otel]'`); off: no exporter is loaded.",
+    )
+    layer_spans: bool = Field(
+        default=True,
+        description=(
+            "Make a span for each call-chain layer that runs on every call (validation, each attempt); "
+            "false: only the SDK's server and client spans, and spans for a breaker's refusal or a timeout."
+        ),
+    )
+    capture_arguments: bool = Field(
+        default=False,
+        description=(
+            "Put a tool call's arguments on its span (`gen_ai.tool.call.arguments`), redacted as the "
+            "records redact them (`GATEWAY_RECORDS__REDACT_KEYS`, servers' configured secrets)."
+        ),
+    )
+
+
 class Settings(BaseSettings):
     """Everything that is not in the YAML file."""
 
@@ -279,6 +304,10 @@ class Settings(BaseSettings):
         ),
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        description="`json`: one JSON object per log line, with the trace and span ids, server and tool where known.",
+    )
     startup_timeout: float = Field(
         default=30.0, gt=0, description="Seconds a server may take to connect before it is marked failed."
     )
@@ -309,6 +338,7 @@ class Settings(BaseSettings):
     plugins: PluginSettings = Field(default_factory=PluginSettings)
     resilience: ResilienceSettings = Field(default_factory=ResilienceSettings)
     records: RecordsSettings = Field(default_factory=RecordsSettings)
+    tracing: TracingSettings = Field(default_factory=TracingSettings)
 
     @field_validator("database_url")
     @classmethod

@@ -76,4 +76,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         CREATE INDEX searches_by_time ON searches (at)
         """,
     ),
+    Migration(
+        2,
+        "the trace id of each execution (tracing, issue 16)",
+        """
+        ALTER TABLE executions ADD COLUMN trace_id TEXT
+        """,
+    ),
 )

@@ -53,6 +53,8 @@ class PendingExecution:
     """Errors of attempts that failed before the final outcome (retried ones), with their attempt number."""
     stored_arguments: str | None = None
     """What to store instead of `arguments`, made on the call path: a refused call's summary."""
+    trace_id: str | None = None
+    """The call's OpenTelemetry trace id (32 hex digits) when tracing is on."""
 
 
 @dataclass(frozen=True, slots=True)

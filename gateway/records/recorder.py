@@ -22,6 +22,7 @@ import mcp_types as types
 
 from gateway.calls.chain import REFUSED_NOTE, CallHandler, ToolCall
 from gateway.errors import GatewayError
+from gateway.observability.tracing import current_trace_id
 from gateway.records.model import EXECUTION_ID_NOTE, PendingExecution
 from gateway.records.trail import SearchTrail
 
@@ -81,6 +82,7 @@ class CallRecorder:
             attempts=0,
             search_id=self.trail.find(trail_keys(session_id, client_id), call.name),
             attempt_errors=attempt_errors,
+            trace_id=current_trace_id(),
         )
         refused = False
         try:

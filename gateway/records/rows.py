@@ -128,5 +128,6 @@ def execution_rows(
         code,
         pending.attempts,
         pending.search_id,
+        pending.trace_id,
     )
     return values, failures

@@ -16,6 +16,7 @@ import mcp_types as types
 from gateway.calls.chain import ToolCall
 from gateway.config.settings import RecordsSettings, Settings
 from gateway.errors import GatewayError
+from gateway.observability.tracing import current_trace_id
 from gateway.records.cut import refused_summary, size_estimate
 from gateway.records.model import FailureRow, PendingExecution, SearchRow
 from gateway.records.recorder import CLIENT_NOTE, SESSION_NOTE, CallRecorder, trail_keys
@@ -137,6 +138,7 @@ class Records:
             search_id=None,
             error=error,
             stored_arguments=refused_summary(call.arguments, partial(self.mask, call.server)),
+            trace_id=current_trace_id(),
         )
         self.submit_execution(record)
 

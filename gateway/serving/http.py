@@ -30,6 +30,8 @@ from gateway.config.settings import Settings
 from gateway.errors import GatewayError
 from gateway.observability.health import is_ready
 from gateway.observability.metrics import CONTENT_TYPE
+from gateway.observability.tracing import TraceContextMiddleware
+from gateway.observability.tracing import enabled as tracing_enabled
 from gateway.records.feedback import feedback_endpoint
 from gateway.security.auth import Authenticator
 from gateway.security.http_guard import PUBLIC_PATHS, SecurityMiddleware, principal_in
@@ -219,8 +221,11 @@ def build_http_app(gateway: GatewayServer, settings: Settings) -> SecurityMiddle
     if not settings.http.stateless:
         gateway.registry.metrics.watch_sessions(partial(open_sessions, gateway.server.session_manager))
     authenticator = Authenticator(gateway.auth) if gateway.auth.enabled else None
+    served = _refusing_unknown_modes(app, settings.http.path)
+    if tracing_enabled():  # a `traceparent` header continues the caller's trace
+        served = TraceContextMiddleware(served)
     return SecurityMiddleware(
-        _refusing_unknown_modes(app, settings.http.path),  # after the Host check and authentication
+        served,  # after the Host check and authentication
         guard=guard,
         auth=gateway.auth,
         endpoint_path=settings.http.path,
@@ -267,7 +272,9 @@ async def serve_http(
 ) -> None:
     """Serve streamable HTTP on an already bound socket until `stop` is set."""
     app = build_http_app(gateway, settings)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
+    # JSON logs: uvicorn's records go through the gateway's handler, not uvicorn's text formatter.
+    log_config = None if settings.log_format == "json" else uvicorn.config.LOGGING_CONFIG
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5, log_config=log_config)
     server = _Uvicorn(config)
     async with anyio.create_task_group() as tg:
         tg.start_soon(server.serve, [sock])

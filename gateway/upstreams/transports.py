@@ -2,7 +2,8 @@
 
 - `watched`: any transport whose read stream sets an event when the peer goes away (the
   SDK keeps a `Client` open after its transport died).
-- `http_transport`: streamable HTTP that reports every response's status.
+- `http_transport`: streamable HTTP that reports every response's status (and, while tracing is
+  on, sends the trace context as a `traceparent` header).
 
 stdio has its own module, `gateway.upstreams.stdio_child`, because it also owns a process group.
 """
@@ -16,6 +17,7 @@ from typing import Any
 import anyio
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from opentelemetry import propagate, trace
 
 __all__ = ["http_transport", "watched"]
 
@@ -70,17 +72,28 @@ async def watched(transport: Any, closed: anyio.Event) -> AsyncIterator[tuple[An
         yield _WatchedReadStream(read_stream, closed), write_stream
 
 
+async def _inject_trace_context(request: Any) -> None:
+    """The current trace context (the SDK's CLIENT span of this request) as `traceparent`/`tracestate` headers.
+
+    The POST runs in a task the SDK starts in the context of the request's sender, so the span is current here."""
+    propagate.inject(request.headers)
+
+
 @asynccontextmanager
 async def http_transport(
     url: str, headers: Mapping[str, str], on_status: Callable[[int], None]
 ) -> AsyncIterator[tuple[Any, Any]]:
     """Streamable HTTP, reporting every response's status (the SDK turns 401 and 500 alike
-    into one generic JSON-RPC error, and the status is what tells them apart)."""
+    into one generic JSON-RPC error, and the status is what tells them apart), and carrying the
+    trace context in each request's headers while tracing is on."""
 
     async def report(response: Any) -> None:
         on_status(response.status_code)
 
     async with create_mcp_http_client(headers=dict(headers)) as http_client:
         http_client.event_hooks["response"].append(report)
+        # While tracing is on: `traceparent` in the headers too, for a server traced at its HTTP layer.
+        if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):  # a provider is installed
+            http_client.event_hooks["request"].append(_inject_trace_context)
         async with streamable_http_client(url, http_client=http_client) as streams:
             yield streams
