@@ -131,26 +131,36 @@ def _read_line_with_prefix(
 ) -> str:
     """Read a child's pipe until a line starts with `prefix` (bounded), then keep draining it.
 
-    Draining in a thread keeps a chatty child from blocking on a full pipe.
+    The pipe is read with `os.read`, not `readline`: a buffered read can take several lines at
+    once, and `select` would then wait for more while the awaited line sits in the buffer.
+    Draining in a thread afterwards keeps a chatty child from blocking on a full pipe.
     """
     selector = selectors.DefaultSelector()
     selector.register(stream, selectors.EVENT_READ)
     seen: list[str] = []
+    pending = b""
     end = time.monotonic() + timeout
     try:
         while time.monotonic() < end:
             if not selector.select(timeout=max(0.0, end - time.monotonic())):
                 continue
-            line = stream.readline()
-            if not line:
+            chunk = os.read(stream.fileno(), 1 << 16)
+            if not chunk:
                 break
-            seen.append(line)
-            if copy is not None:
-                with open(copy, "a", encoding="utf-8") as sink:
-                    sink.write(line)
-            if line.startswith(prefix):
-                threading.Thread(target=_drain, args=(stream, copy), daemon=True).start()
-                return line[len(prefix) :].strip()
+            pending += chunk
+            while b"\n" in pending:
+                raw, pending = pending.split(b"\n", 1)
+                line = raw.decode("utf-8", errors="replace") + "\n"
+                seen.append(line)
+                if copy is not None:
+                    with open(copy, "a", encoding="utf-8") as sink:
+                        sink.write(line)
+                if line.startswith(prefix):
+                    if copy is not None and pending:
+                        with open(copy, "a", encoding="utf-8") as sink:
+                            sink.write(pending.decode("utf-8", errors="replace"))
+                    threading.Thread(target=_drain, args=(stream, copy), daemon=True).start()
+                    return line[len(prefix) :].strip()
     finally:
         selector.close()
     process.kill()
