@@ -90,6 +90,19 @@ def gateway_tracing_env(receiver: OtlpReceiver) -> dict[str, str]:
     )
 
 
+def child_config(tmp_path: Path) -> Path:
+    """A gateway config with the demo server as its one stdio child, `child`."""
+    return write_config(
+        tmp_path / "gateway.yaml",
+        f"""
+        mcps:
+          child:
+            command: {sys.executable}
+            args: ["{DEMO_SERVER}", stdio, --name, child]
+        """,
+    )
+
+
 def one(spans: list[ReceivedSpan], **match: str) -> ReceivedSpan:
     found = [s for s in spans if all(getattr(s, k) == v for k, v in match.items())]
     assert len(found) == 1, (match, [(s.service, s.name, s.trace_id) for s in spans])
@@ -190,15 +203,7 @@ async def test_a_traced_call_is_one_trace_from_the_client_through_the_gateway_to
 
 async def test_a_retried_call_shows_one_span_per_attempt_and_its_log_lines_carry_its_trace_id(tmp_path: Path) -> None:
     marker = tmp_path / "lookups"
-    config = write_config(
-        tmp_path / "gateway.yaml",
-        f"""
-        mcps:
-          child:
-            command: {sys.executable}
-            args: ["{DEMO_SERVER}", stdio, --name, child]
-        """,
-    )
+    config = child_config(tmp_path)
     with OtlpReceiver().running() as receiver:
         log = tmp_path / "gateway.log"
         env = gateway_tracing_env(receiver) | {"GATEWAY_RESILIENCE__RETRY_MAX_SECONDS": "30"}
@@ -353,15 +358,7 @@ async def test_a_sampling_request_relayed_back_to_the_client_carries_the_calls_t
 
 
 async def test_a_traceparent_header_continues_the_trace_under_stateless_http_in_both_eras(tmp_path: Path) -> None:
-    config = write_config(
-        tmp_path / "gateway.yaml",
-        f"""
-        mcps:
-          child:
-            command: {sys.executable}
-            args: ["{DEMO_SERVER}", stdio, --name, child]
-        """,
-    )
+    config = child_config(tmp_path)
     with OtlpReceiver().running() as receiver:
         env = gateway_tracing_env(receiver) | {"GATEWAY_HTTP__STATELESS": "true"}
         process, url = start_gateway_http(config, tmp_path, env)
@@ -385,15 +382,7 @@ async def test_a_traceparent_header_continues_the_trace_under_stateless_http_in_
 
 
 async def test_without_layer_spans_the_client_span_is_the_server_spans_child(tmp_path: Path) -> None:
-    config = write_config(
-        tmp_path / "gateway.yaml",
-        f"""
-        mcps:
-          child:
-            command: {sys.executable}
-            args: ["{DEMO_SERVER}", stdio, --name, child]
-        """,
-    )
+    config = child_config(tmp_path)
     with OtlpReceiver().running() as receiver:
         env = gateway_tracing_env(receiver) | {"GATEWAY_TRACING__LAYER_SPANS": "false"}
         process, url = start_gateway_http(config, tmp_path, env)
