@@ -33,7 +33,8 @@ sys.path.insert(0, str(REPO))
 
 from gateway.config.loader import parse_config  # noqa: E402
 from gateway.config.settings import ResilienceSettings, Settings  # noqa: E402
-from gateway.registry import Registry, specs_from_config  # noqa: E402
+from gateway.registry import Registry  # noqa: E402
+from gateway.server_specs import specs_from_config  # noqa: E402
 from gateway.serving.server import GatewayServer  # noqa: E402
 
 DEMO_SERVER = REPO / "tests" / "servers" / "demo_server.py"

@@ -11,7 +11,6 @@ import dataclasses
 import difflib
 import logging
 import math
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
@@ -21,8 +20,6 @@ import anyio
 import mcp_types as types
 from mcp import StdioServerParameters
 from mcp.client.stdio import get_default_environment
-from mcp.server import MCPServer, Server
-from pydantic import BaseModel
 
 from gateway.calls import Middleware, ToolCall, compose
 from gateway.calls.access import Access
@@ -36,7 +33,6 @@ from gateway.calls.runnable import admitted, runnable, unresolved_call
 from gateway.calls.timeout import apply_timeout
 from gateway.calls.validation import ArgumentValidator
 from gateway.catalog import Catalog, Entry, ServerListing, build_catalog
-from gateway.config.loader import ConfigError, GatewayConfig, ServerConfig, validate_plugin_settings
 from gateway.config.security import LimitsConfig
 from gateway.config.settings import Settings
 from gateway.errors import ExecutionError, GatewayError, ToolNotFound
@@ -44,6 +40,7 @@ from gateway.observability.health import server_health
 from gateway.observability.metrics import GatewayMetrics, UpstreamFigures
 from gateway.plugins import PluginManager
 from gateway.relay import Relay
+from gateway.server_specs import RegistrationError
 from gateway.upstreams.caller_sessions import CallerSessions
 from gateway.upstreams.recursion import Chain, ChainError, gateway_chain, is_refusal
 from gateway.upstreams.recursion import starts_gateway as entry_starts_gateway
@@ -51,15 +48,7 @@ from gateway.upstreams.spec import ServerState
 from gateway.upstreams.tasks import TaskStatusExtension
 from gateway.upstreams.upstream import CONNECTED_STATES, LISTED_STATES, Upstream, UpstreamSpec, unavailable_error
 
-__all__ = [
-    "ChangeKind",
-    "Registry",
-    "RegistrationError",
-    "check_plugin_sections",
-    "plugin_settings",
-    "specs_from_config",
-    "specs_from_plugins",
-]
+__all__ = ["ChangeKind", "Registry"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,141 +59,6 @@ ChangeListener = Callable[[set[ChangeKind]], Awaitable[None]]
 ResourceListener = Callable[[str], Awaitable[None]]
 LogListener = Callable[[str, types.LoggingMessageNotificationParams], Awaitable[None]]
 TaskStatusListener = Callable[[str, types.TaskStatusNotificationParams], Awaitable[None]]
-
-
-class RegistrationError(Exception):
-    """A plugin registered a server badly (for example, a name already taken)."""
-
-
-def spec_from_config(server: ServerConfig) -> UpstreamSpec:
-    """The connection spec of one YAML-declared server."""
-    target: StdioServerParameters | str
-    headers: dict[str, str] = {}
-    if server.transport == "stdio":
-        assert server.command is not None
-        target = StdioServerParameters(
-            command=server.command,
-            args=list(server.args),
-            env={**server.env, **server.secret_env} or None,
-            cwd=server.cwd,
-        )
-    else:
-        assert server.url is not None
-        target = server.url
-        headers = {**server.headers, **server.secret_headers}
-    return UpstreamSpec(
-        id=server.id,
-        prefix=server.prefix,
-        transport=server.transport,
-        target=target,
-        name=server.name,
-        description=server.description,
-        capabilities=tuple(server.capabilities),
-        headers=headers,
-        timeout=server.timeout,
-        enabled=server.enabled,
-        origin="config",
-        tool_filter=server.tools.permits,
-        protocol=server.protocol,
-        secrets=_secrets_of(server),
-        tool_timeouts=dict(server.tool_timeouts),
-        retry_tools=tuple(server.retry_tools),
-        max_concurrent_calls=server.max_concurrent_calls,
-        health_interval=server.health_interval,
-        start=server.start,
-        idle_timeout=server.idle_timeout,
-        forward_caller_token=server.forward_caller_token,
-        stderr_level=logging.getLevelName(server.stderr_log_level.upper()),
-    )
-
-
-_SECRET_NAME = re.compile(r"key|token|secret|passw|auth|cookie|credential", re.IGNORECASE)
-
-
-def _secrets_of(server: ServerConfig) -> tuple[str, ...]:
-    """Values never to repeat: credentials, every header value, and env values with secret-like names."""
-    values = [*server.secret_env.values(), *server.secret_headers.values(), *server.headers.values()]
-    values += [value for name, value in server.env.items() if _SECRET_NAME.search(name)]
-    # A bearer header's token is masked on its own too, wherever it shows up without "Bearer".
-    values += [value.split(" ", 1)[1] for value in list(values) if value.lower().startswith("bearer ")]
-    return tuple(sorted(set(values), key=len, reverse=True))
-
-
-def specs_from_config(config: GatewayConfig) -> list[UpstreamSpec]:
-    return [spec_from_config(server) for server in config.servers.values()]
-
-
-def plugin_settings(pm: PluginManager, name: str, config: GatewayConfig | None) -> BaseModel | None:
-    """Plugin `name`'s validated `plugins.<name>` section, or None when it declares no `Config` model."""
-    model = getattr(pm.get_plugin(name), "Config", None)
-    raw = config.plugins.get(name) if config is not None else None
-    if not (isinstance(model, type) and issubclass(model, BaseModel)):
-        if raw and config is not None:
-            raise ConfigError(
-                config.path,
-                "this plugin takes no settings (its module declares no `Config` model)",
-                config.line_of(("plugins", name)),
-                f"plugins.{name}",
-            )
-        return None
-    if config is None:
-        return model.model_validate({})
-    return validate_plugin_settings(config, name, model)
-
-
-def check_plugin_sections(config: GatewayConfig, known: Sequence[str]) -> None:
-    """A `plugins.<name>` section for a plugin that does not exist is a mistake worth naming."""
-    for name in config.plugins:
-        if name not in known:
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else f" (plugins found: {', '.join(known) or 'none'})"
-            raise ConfigError(config.path, f"no plugin named {name!r}{hint}", config.line_of(("plugins", name)))
-
-
-def specs_from_plugins(
-    pm: PluginManager, settings: Settings, config: GatewayConfig | None = None
-) -> list[UpstreamSpec]:
-    """Ask every plugin for its servers, through `gateway_register_servers`, with its own settings."""
-    specs: list[UpstreamSpec] = []
-    owners: dict[str, str] = {}
-
-    for impl in pm.hook.gateway_register_servers.get_hookimpls():
-        plugin_name = pm.get_name(impl.plugin) or "?"
-
-        def register(
-            name: str,
-            server: MCPServer | Server[Any],
-            *,
-            description: str = "",
-            capabilities: Sequence[str] = (),
-            _plugin: str = plugin_name,
-        ) -> None:
-            if name in owners:
-                raise RegistrationError(
-                    f"plugin {_plugin!r} registers server {name!r}, already registered by plugin {owners[name]!r}"
-                )
-            if not isinstance(server, MCPServer | Server):
-                raise RegistrationError(
-                    f"plugin {_plugin!r} registered {name!r} with a {type(server).__name__}; "
-                    "expected an mcp.server.MCPServer or mcp.server.Server"
-                )
-            owners[name] = _plugin
-            specs.append(
-                UpstreamSpec(
-                    id=name,
-                    prefix=name,
-                    transport="memory",
-                    target=server,
-                    name=name,
-                    description=description,
-                    capabilities=tuple(capabilities),
-                    origin=f"plugin:{_plugin}",
-                )
-            )
-
-        offered = {"register": register, "settings": settings, "config": plugin_settings(pm, plugin_name, config)}
-        impl.function(**{name: offered[name] for name in impl.argnames})
-    return specs
 
 
 def _self_start(spec: UpstreamSpec, chain: Chain) -> str | None:

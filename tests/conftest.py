@@ -102,7 +102,8 @@ def embedder(model_data_dir: Path) -> FastEmbedEmbedder:
 async def call_plugin_tool(settings: Settings, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
     """Load the plugins `settings` point at, serve them in process, call one tool with the SDK client."""
     from gateway.plugins import get_plugin_manager
-    from gateway.registry import Registry, specs_from_plugins
+    from gateway.registry import Registry
+    from gateway.server_specs import specs_from_plugins
     from gateway.serving.server import GatewayServer
 
     pm, _ = get_plugin_manager(settings)

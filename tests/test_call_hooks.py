@@ -17,8 +17,9 @@ from mcp import Client
 from gateway.config.settings import EmbeddingSettings, PluginSettings, Settings
 from gateway.errors import ERROR_META_KEY
 from gateway.plugins import get_plugin_manager
-from gateway.registry import Registry, specs_from_plugins
+from gateway.registry import Registry
 from gateway.router.service import RouterService, build_router, records_from_registry
+from gateway.server_specs import specs_from_plugins
 from gateway.serving.server import GatewayServer
 from tests.conftest import FIXTURE_PLUGINS
 

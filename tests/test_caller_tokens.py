@@ -29,8 +29,9 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from gateway.config.loader import ConfigError, load_config
 from gateway.config.settings import Settings
 from gateway.errors import ERROR_META_KEY
-from gateway.registry import Registry, specs_from_config
+from gateway.registry import Registry
 from gateway.security.auth import hash_key, new_key
+from gateway.server_specs import specs_from_config
 from tests.conftest import NO_EMBEDDINGS, REPO, start_gateway_http, start_script_http, stop_process, write_config
 
 pytestmark = pytest.mark.anyio

@@ -18,9 +18,10 @@ from gateway.config.loader import parse_config
 from gateway.config.security import SecurityConfig
 from gateway.config.settings import Settings
 from gateway.errors import ERROR_META_KEY
-from gateway.registry import Registry, specs_from_config
+from gateway.registry import Registry
 from gateway.security.integrity import IntegrityStore, fingerprint
 from gateway.security.vetting import ToolVetter
+from gateway.server_specs import specs_from_config
 from gateway.serving.server import GatewayServer
 from tests.conftest import REPO, write_config
 from tests.servers.poisoned_server import HONEST, RUG

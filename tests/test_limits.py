@@ -15,8 +15,9 @@ from gateway.config.security import LimitsConfig, SecurityConfig
 from gateway.config.settings import PluginSettings, Settings
 from gateway.errors import ERROR_META_KEY
 from gateway.plugins import get_plugin_manager
-from gateway.registry import Registry, specs_from_plugins
+from gateway.registry import Registry
 from gateway.security.limits import cap_result, check_arguments
+from gateway.server_specs import specs_from_plugins
 from gateway.serving.server import GatewayServer
 from tests.conftest import FIXTURE_PLUGINS
 

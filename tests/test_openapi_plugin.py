@@ -26,7 +26,7 @@ from mcp.types import CallToolResult, TextContent
 from bench.openapi_search import evaluate, load_queries, load_spec
 from gateway.config.loader import ConfigError, parse_config
 from gateway.config.settings import Settings
-from gateway.registry import plugin_settings
+from gateway.server_specs import plugin_settings
 from plugins.openapi import Config, create_server
 from plugins.openapi.config import resolve_source
 from plugins.openapi.explorer import Explorer

@@ -13,7 +13,8 @@ from mcp.server import Server
 from gateway.config.loader import ConfigError, GatewayConfig, load_config
 from gateway.config.settings import PluginSettings, Settings
 from gateway.plugins import get_plugin_manager, plugin_directory
-from gateway.registry import RegistrationError, Registry, check_plugin_sections, specs_from_plugins
+from gateway.registry import Registry
+from gateway.server_specs import RegistrationError, check_plugin_sections, specs_from_plugins
 from tests.conftest import REPO, call_plugin_tool
 
 

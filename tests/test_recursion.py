@@ -22,7 +22,8 @@ import pytest
 
 from gateway.config.loader import load_config
 from gateway.config.settings import Settings
-from gateway.registry import RegistrationError, Registry, specs_from_config
+from gateway.registry import Registry
+from gateway.server_specs import RegistrationError, specs_from_config
 from gateway.upstreams.recursion import (
     CHAIN_VAR,
     SELF_START,

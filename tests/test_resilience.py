@@ -31,7 +31,8 @@ from gateway.calls.timeout import apply_timeout
 from gateway.config.loader import load_config
 from gateway.config.settings import ResilienceSettings, Settings
 from gateway.errors import ERROR_META_KEY, GatewayError, UpstreamTimeout, UpstreamUnavailable
-from gateway.registry import Registry, specs_from_config
+from gateway.registry import Registry
+from gateway.server_specs import specs_from_config
 from gateway.upstreams import upstream as upstream_module
 from tests.conftest import (
     DEMO_SERVER,

@@ -662,8 +662,9 @@ def bundled_router(embedder: Embedder, tmp_path_factory: pytest.TempPathFactory)
     from gateway.config.loader import load_config
     from gateway.config.settings import Settings
     from gateway.plugins import get_plugin_manager
-    from gateway.registry import Registry, specs_from_config, specs_from_plugins
+    from gateway.registry import Registry
     from gateway.router.service import records_from_registry
+    from gateway.server_specs import specs_from_config, specs_from_plugins
 
     settings = Settings(data_dir=tmp_path_factory.mktemp("bundled"))
     config = load_config(REPO / "external-mcps.yaml")

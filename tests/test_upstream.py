@@ -22,7 +22,8 @@ from bench.compat.install import install_servers, server_command
 from bench.compat.servers import by_id
 from gateway.config.loader import load_config
 from gateway.config.settings import Settings
-from gateway.registry import Registry, specs_from_config
+from gateway.registry import Registry
+from gateway.server_specs import specs_from_config
 from gateway.upstreams.stderr import StderrLog
 from gateway.upstreams.upstream import Upstream, UpstreamSpec, unavailable_message
 from tests.conftest import (

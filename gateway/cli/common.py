@@ -18,9 +18,10 @@ from gateway.observability.logs import JsonFormatter
 from gateway.plugins import PluginManager, get_plugin_manager
 from gateway.records.service import SQLITE_FILE, open_store
 from gateway.records.store import RecordStore
-from gateway.registry import Registry, check_plugin_sections, specs_from_config, specs_from_plugins
+from gateway.registry import Registry
 from gateway.security.integrity import IntegrityStore
 from gateway.security.vetting import ToolVetter
+from gateway.server_specs import check_plugin_sections, specs_from_config, specs_from_plugins
 
 __all__ = [
     "EXIT_CONFIG",

@@ -23,7 +23,7 @@ from gateway.cli.common import (
     settings_from,
 )
 from gateway.config.loader import ConfigError
-from gateway.registry import RegistrationError
+from gateway.server_specs import RegistrationError
 from gateway.version import installed_version
 
 __all__ = ["main", "run"]

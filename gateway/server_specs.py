@@ -1,0 +1,165 @@
+"""The upstream servers a gateway is told about: each YAML entry's connection spec, and the
+servers plugins register through `gateway_register_servers`, each with its validated
+`plugins.<name>` settings. The registry (`gateway.registry`) runs what these declare.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from mcp import StdioServerParameters
+from mcp.server import MCPServer, Server
+from pydantic import BaseModel
+
+from gateway.config.loader import ConfigError, GatewayConfig, ServerConfig, validate_plugin_settings
+from gateway.config.settings import Settings
+from gateway.plugins import PluginManager
+from gateway.upstreams.upstream import UpstreamSpec
+
+__all__ = [
+    "RegistrationError",
+    "check_plugin_sections",
+    "plugin_settings",
+    "spec_from_config",
+    "specs_from_config",
+    "specs_from_plugins",
+]
+
+
+class RegistrationError(Exception):
+    """A plugin registered a server badly (for example, a name already taken)."""
+
+
+def spec_from_config(server: ServerConfig) -> UpstreamSpec:
+    """The connection spec of one YAML-declared server."""
+    target: StdioServerParameters | str
+    headers: dict[str, str] = {}
+    if server.transport == "stdio":
+        assert server.command is not None
+        target = StdioServerParameters(
+            command=server.command,
+            args=list(server.args),
+            env={**server.env, **server.secret_env} or None,
+            cwd=server.cwd,
+        )
+    else:
+        assert server.url is not None
+        target = server.url
+        headers = {**server.headers, **server.secret_headers}
+    return UpstreamSpec(
+        id=server.id,
+        prefix=server.prefix,
+        transport=server.transport,
+        target=target,
+        name=server.name,
+        description=server.description,
+        capabilities=tuple(server.capabilities),
+        headers=headers,
+        timeout=server.timeout,
+        enabled=server.enabled,
+        origin="config",
+        tool_filter=server.tools.permits,
+        protocol=server.protocol,
+        secrets=_secrets_of(server),
+        tool_timeouts=dict(server.tool_timeouts),
+        retry_tools=tuple(server.retry_tools),
+        max_concurrent_calls=server.max_concurrent_calls,
+        health_interval=server.health_interval,
+        start=server.start,
+        idle_timeout=server.idle_timeout,
+        forward_caller_token=server.forward_caller_token,
+        stderr_level=logging.getLevelName(server.stderr_log_level.upper()),
+    )
+
+
+_SECRET_NAME = re.compile(r"key|token|secret|passw|auth|cookie|credential", re.IGNORECASE)
+
+
+def _secrets_of(server: ServerConfig) -> tuple[str, ...]:
+    """Values never to repeat: credentials, every header value, and env values with secret-like names."""
+    values = [*server.secret_env.values(), *server.secret_headers.values(), *server.headers.values()]
+    values += [value for name, value in server.env.items() if _SECRET_NAME.search(name)]
+    # A bearer header's token is masked on its own too, wherever it shows up without "Bearer".
+    values += [value.split(" ", 1)[1] for value in list(values) if value.lower().startswith("bearer ")]
+    return tuple(sorted(set(values), key=len, reverse=True))
+
+
+def specs_from_config(config: GatewayConfig) -> list[UpstreamSpec]:
+    return [spec_from_config(server) for server in config.servers.values()]
+
+
+def plugin_settings(pm: PluginManager, name: str, config: GatewayConfig | None) -> BaseModel | None:
+    """Plugin `name`'s validated `plugins.<name>` section, or None when it declares no `Config` model."""
+    model = getattr(pm.get_plugin(name), "Config", None)
+    raw = config.plugins.get(name) if config is not None else None
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        if raw and config is not None:
+            raise ConfigError(
+                config.path,
+                "this plugin takes no settings (its module declares no `Config` model)",
+                config.line_of(("plugins", name)),
+                f"plugins.{name}",
+            )
+        return None
+    if config is None:
+        return model.model_validate({})
+    return validate_plugin_settings(config, name, model)
+
+
+def check_plugin_sections(config: GatewayConfig, known: Sequence[str]) -> None:
+    """A `plugins.<name>` section for a plugin that does not exist is a mistake worth naming."""
+    for name in config.plugins:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else f" (plugins found: {', '.join(known) or 'none'})"
+            raise ConfigError(config.path, f"no plugin named {name!r}{hint}", config.line_of(("plugins", name)))
+
+
+def specs_from_plugins(
+    pm: PluginManager, settings: Settings, config: GatewayConfig | None = None
+) -> list[UpstreamSpec]:
+    """Ask every plugin for its servers, through `gateway_register_servers`, with its own settings."""
+    specs: list[UpstreamSpec] = []
+    owners: dict[str, str] = {}
+
+    for impl in pm.hook.gateway_register_servers.get_hookimpls():
+        plugin_name = pm.get_name(impl.plugin) or "?"
+
+        def register(
+            name: str,
+            server: MCPServer | Server[Any],
+            *,
+            description: str = "",
+            capabilities: Sequence[str] = (),
+            _plugin: str = plugin_name,
+        ) -> None:
+            if name in owners:
+                raise RegistrationError(
+                    f"plugin {_plugin!r} registers server {name!r}, already registered by plugin {owners[name]!r}"
+                )
+            if not isinstance(server, MCPServer | Server):
+                raise RegistrationError(
+                    f"plugin {_plugin!r} registered {name!r} with a {type(server).__name__}; "
+                    "expected an mcp.server.MCPServer or mcp.server.Server"
+                )
+            owners[name] = _plugin
+            specs.append(
+                UpstreamSpec(
+                    id=name,
+                    prefix=name,
+                    transport="memory",
+                    target=server,
+                    name=name,
+                    description=description,
+                    capabilities=tuple(capabilities),
+                    origin=f"plugin:{_plugin}",
+                )
+            )
+
+        offered = {"register": register, "settings": settings, "config": plugin_settings(pm, plugin_name, config)}
+        impl.function(**{name: offered[name] for name in impl.argnames})
+    return specs
