@@ -22,6 +22,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from gateway.calls.chain import Caller
+from gateway.catalog import Entry
 from gateway.config.security import SecurityConfig
 from gateway.config.settings import Settings
 from gateway.errors import GatewayError, InvalidArguments, error_result
@@ -120,11 +121,7 @@ class ToolHandlers:
 
     def visible_tools(self, ctx: ServerRequestContext[Any, Any]) -> list[types.Tool]:
         """What `tools/list` shows this client, by exposure mode (see `gateway.serving.exposure`)."""
-        principal = principal_in(ctx.request)
-        catalog = {n: e for n, e in self.registry.catalog.tools.items() if visible(principal, e)}
-        usable = self.tasks.usable(ctx)
-        self.tasks.note_hidden(ctx, [n for n, e in catalog.items() if not usable(e.item)])
-        catalog = {n: e for n, e in catalog.items() if usable(e.item)}
+        catalog = self.offered(ctx)
         mode = self.mode(ctx, len(catalog))
         own = [FEEDBACK_TOOL] if self.records is not None and FEEDBACK_TOOL.name not in catalog else []
         if mode == "all":
@@ -139,11 +136,16 @@ class ToolHandlers:
         """This request's exposure mode, `auto` resolved by the number of tools the client may see."""
         mode = mode_for(ctx.request, self.settings.routing.mode)
         if mode == "auto" and visible_tools is None:
-            principal = principal_in(ctx.request)
-            usable = self.tasks.usable(ctx)
-            tools = self.registry.catalog.tools.values()
-            visible_tools = sum(1 for e in tools if visible(principal, e) and usable(e.item))
+            visible_tools = len(self.offered(ctx))
         return resolve_mode(mode, visible_tools or 0, self.settings.routing.auto_max_tools)
+
+    def offered(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Entry[types.Tool]]:
+        """The catalog's tools this client may see and can run (those needing tasks it cannot run are
+        hidden, which is logged once per session)."""
+        principal, usable = principal_in(ctx.request), self.tasks.usable(ctx)
+        seen = {n: e for n, e in self.registry.catalog.tools.items() if visible(principal, e)}
+        self.tasks.note_hidden(ctx, [n for n, e in seen.items() if not usable(e.item)])
+        return {n: e for n, e in seen.items() if usable(e.item)}
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
