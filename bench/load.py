@@ -74,13 +74,12 @@ from bench.load_targets import (  # noqa: E402
     Checkout,
     Processes,
     Target,
-    cpu_ms,
     open_fds,
     rss_mb,
     start_targets,
 )
 from bench.mcp_wire import CallError, Session  # noqa: E402
-from bench.timing import percentile  # noqa: E402
+from bench.timing import cpu_ms, percentile  # noqa: E402
 
 PATHS = ("direct", "gateway", "fastmcp", "fastmcp-fresh")
 DEFAULT_PATHS = ("direct", "gateway", "fastmcp")

@@ -27,7 +27,6 @@ __all__ = [
     "Processes",
     "Target",
     "children",
-    "cpu_ms",
     "open_fds",
     "rss_mb",
     "start_targets",
@@ -38,7 +37,6 @@ PROXY_SCRIPT = Path(__file__).with_name("fastmcp_proxy.py")
 NO_CALL_LIMIT = "security:\n  limits:\n    max_calls_per_session: null\n"
 """The gateway's config lifts its calls-per-session limit (10,000 by default): one stdio session
 of a long run or a soak makes more calls than that, and a refusal is not what is measured."""
-TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
 QUIET_ENV = {"FASTMCP_LOG_LEVEL": "WARNING", "FASTMCP_SHOW_SERVER_BANNER": "false"}
 BULK_PLUGIN = '''
 """More tools for the gateway's catalog: a load run's `--catalog-tools`."""
@@ -61,16 +59,6 @@ def gateway_register_servers(register, settings):
 
 
 # --- /proc ------------------------------------------------------------------------------
-
-
-def cpu_ms(pid: int) -> float:
-    """utime + stime of a live process (all its threads), in milliseconds; 0 once it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0.0
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) * TICK_MS
 
 
 def children(pid: int) -> list[int]:

@@ -45,7 +45,7 @@ import anyio
 import mcp_types as types
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from timing import percentile  # bench/ is on sys.path when run as `python bench/proxy_overhead.py`
+from timing import paired_added, percentile  # bench/ is on sys.path when run as `python bench/proxy_overhead.py`
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_SERVER = REPO / "tests" / "servers" / "demo_server.py"
@@ -178,14 +178,6 @@ async def _measure(variants: list[Variant], calls: int, warmup: int, block: int)
         gc.collect()
 
 
-def _paired_added(variant: Variant, base: Variant, block: int) -> float:
-    """Median over blocks of (block median - baseline block median): drift-resistant estimate."""
-    diffs = []
-    for i in range(0, min(len(variant.samples), len(base.samples)), block):
-        diffs.append(statistics.median(variant.samples[i : i + block]) - statistics.median(base.samples[i : i + block]))
-    return statistics.median(diffs)
-
-
 def _report(variants: list[Variant], block: int) -> list[dict[str, Any]]:
     by_key = {v.key: v for v in variants}
     rows = []
@@ -197,7 +189,7 @@ def _report(variants: list[Variant], block: int) -> list[dict[str, Any]]:
             row["baseline"] = v.baseline
             row["ratio"] = row["median_ms"] / base_median
             row["added_ms"] = row["median_ms"] - base_median
-            row["added_ms_paired"] = _paired_added(v, base, block)
+            row["added_ms_paired"] = paired_added(v.samples, base.samples, block)
         rows.append(row)
     return rows
 

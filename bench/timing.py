@@ -6,8 +6,11 @@ so they import it as `timing`.
 
 from __future__ import annotations
 
+import os
+import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 
@@ -29,3 +32,24 @@ def percentile(sorted_values: list[float], q: float) -> float:
     lo = int(pos)
     hi = min(lo + 1, len(sorted_values) - 1)
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def paired_added(samples: Sequence[float], base: Sequence[float], block: int) -> float:
+    """Median over blocks of (block median - the baseline's block median): the added time, resistant
+    to drift, for variants measured in turns of `block` calls."""
+    diffs = [
+        statistics.median(samples[i : i + block]) - statistics.median(base[i : i + block])
+        for i in range(0, min(len(samples), len(base)), block)
+    ]
+    return statistics.median(diffs)
+
+
+def cpu_ms(pid: int) -> float:
+    """utime + stime of a process so far (all its threads), in milliseconds, from Linux's `/proc`;
+    0 once it is gone (or where there is no `/proc`)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")

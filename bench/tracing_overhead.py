@@ -50,6 +50,7 @@ from typing import Any, TextIO
 import anyio
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from timing import cpu_ms, paired_added  # bench/ is on sys.path when run as `python bench/tracing_overhead.py`
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_PLUGINS = REPO / "tests" / "fixtures" / "plugins"
@@ -133,7 +134,7 @@ async def _measure(variants: list[Variant], calls: int, warmup: int, block: int)
         for _ in range(warmup):
             await _call(v.client)
     # CPU over the whole measurement, not per block: an exporter thread works on after its block.
-    cpu = {v.key: _cpu_seconds(v.pid) for v in variants}
+    cpu = {v.key: cpu_ms(v.pid) / 1000 for v in variants}
     for r in range(-(-calls // block)):
         shift = r % len(variants)
         for v in variants[shift:] + variants[:shift]:
@@ -142,24 +143,7 @@ async def _measure(variants: list[Variant], calls: int, warmup: int, block: int)
                 v.samples.append(await _call(v.client))
         gc.collect()  # between blocks: a collection pause lands on no call
     for v in variants:
-        v.cpu_s = _cpu_seconds(v.pid) - cpu[v.key]
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process so far, all its threads (Linux `/proc`; 0 elsewhere)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _paired_added(variant: Variant, base: Variant, block: int) -> float:
-    diffs = [
-        statistics.median(variant.samples[i : i + block]) - statistics.median(base.samples[i : i + block])
-        for i in range(0, min(len(variant.samples), len(base.samples)), block)
-    ]
-    return statistics.median(diffs)
+        v.cpu_s = cpu_ms(v.pid) / 1000 - cpu[v.key]
 
 
 def _report(variants: list[Variant], block: int) -> list[dict[str, Any]]:
@@ -178,7 +162,7 @@ def _report(variants: list[Variant], block: int) -> list[dict[str, Any]]:
                 "p95_ms": s[int(0.95 * (len(s) - 1))],
                 "p99_ms": s[int(0.99 * (len(s) - 1))],
                 "ratio_vs_off": median / off_median,
-                "added_ms_vs_off": _paired_added(v, off, block),
+                "added_ms_vs_off": paired_added(v.samples, off.samples, block),
                 "cpu_ms_per_call": v.cpu_s * 1000 / len(s),
                 "added_cpu_ms_vs_off": v.cpu_s * 1000 / len(s) - off_cpu,
             }
