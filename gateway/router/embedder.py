@@ -153,6 +153,14 @@ class FastEmbedEmbedder:
     def direct(self, value: bool) -> None:
         self._use_encoder = value
 
+    def token_vectors(self, text: str, max_tokens: int) -> tuple[list[int], Matrix]:
+        """`MeanPoolingEncoder.token_vectors` of the model (its word pieces and their unit hidden
+        states); raises ValueError for a model that is not run directly (another layout)."""
+        if self._encoder is None:
+            raise ValueError(f"token vectors need a mean-pooling model run directly, not {self._model_name!r}")
+        with self._lock:
+            return self._encoder.token_vectors(text, max_tokens)
+
     def _run(self, texts: list[str]) -> Matrix:
         with self._queries_changed:  # let waiting queries go first (bounded, so documents never starve)
             self._queries_changed.wait_for(lambda: self._waiting_queries == 0, timeout=QUERY_PRIORITY_SECONDS)

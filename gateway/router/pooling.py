@@ -12,6 +12,9 @@ session and tokenizer without that wrapper:
   is padded as little as possible) and run in batches, rows returned in input order.
 
 The vectors are fastembed's, to float rounding (tests/test_embedder.py checks it).
+`token_vectors` gives the hidden states before pooling, one unit vector per word piece,
+which is what late interaction (ColBERT-style MaxSim) scores with; bench/router_rerank.py
+measures it as a second stage.
 """
 
 from __future__ import annotations
@@ -62,6 +65,23 @@ class MeanPoolingEncoder:
         """One text, unpadded, at most `max_query_tokens` word pieces (special tokens included)."""
         ids = np.asarray([self._query_tokenizer.encode(text).ids], dtype=np.int64)
         return self._run(ids, np.ones_like(ids))[0]
+
+    def token_vectors(self, text: str, max_tokens: int) -> tuple[list[int], Matrix]:
+        """The word pieces of `text` (at most `max_tokens`, special tokens included) and their
+        hidden states, before pooling: one L2-normalized row per piece, without the special
+        tokens ([CLS], [SEP]) that every text shares."""
+        if max_tokens < 3:
+            raise ValueError("max_tokens must be at least 3 (the special tokens and one word piece)")
+        ids = self._tokenizer.encode(text).ids
+        if len(ids) > max_tokens:
+            ids = ids[: max_tokens - 1] + ids[-1:]
+        array = np.asarray([ids], dtype=np.int64)
+        feed = {"input_ids": array, "attention_mask": np.ones_like(array)}
+        if "token_type_ids" in self._input_names:
+            feed["token_type_ids"] = np.zeros_like(array)
+        hidden = np.asarray(self._session.run([self._output_name], feed)[0][0], dtype=np.float32)[1:-1]
+        norms = np.linalg.norm(hidden, axis=1, keepdims=True)
+        return ids[1:-1], np.asarray(hidden / np.maximum(norms, np.float32(1e-12)), dtype=np.float32)
 
     def embed_documents(self, texts: Sequence[str], batch_size: int) -> Matrix:
         """Rows in input order; batches of texts with similar numbers of word pieces."""
