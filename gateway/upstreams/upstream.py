@@ -47,6 +47,7 @@ from gateway.upstreams.errors import (
     unavailable_message,
 )
 from gateway.upstreams.health import probe
+from gateway.upstreams.in_flight import InFlight
 from gateway.upstreams.listing import Unsupported, fetch_listing, method_not_found, unsupported_answer
 from gateway.upstreams.on_demand import OnDemand
 from gateway.upstreams.spec import CONNECTED_STATES, LISTED_STATES, ServerState, UpstreamSpec
@@ -159,6 +160,8 @@ class Upstream:
         """How many sessions have completed their handshake: a new number is a fresh connection."""
         self.client_extensions: list[ClientExtension] = []
         """SDK client extensions every session to this server gets (the registry's task status binding)."""
+        self.requests = InFlight()
+        """The requests in flight: a removed or changed server drains them, then cancels the rest."""
 
     @property
     def stderr_tail(self) -> list[str]:
@@ -524,13 +527,26 @@ class Upstream:
         """
         limit = self.call_timeout if timeout is None else timeout
         self.on_demand.begin()  # an on-demand server does not go idle under a waiting request
+        scope = self.requests.begin()
         try:
-            if self.state == "idle":
-                self.on_demand.want()
-                await self.wait_ready(self.startup_timeout)
-            return await self._send(operation, send, limit)
+            with scope:
+                if self.state == "idle":
+                    self.on_demand.want()
+                    await self.wait_ready(self.startup_timeout)
+                return await self._send(operation, send, limit)
         finally:
+            self.requests.end(scope)
             self.on_demand.end()
+        because = self.requests.cancelled_because
+        raise UpstreamUnavailable(
+            f"Server {self.id!r} stopped while {operation} ran ({because}); the request was cancelled.",
+            server=self.id,
+            sent=True,
+        )
+
+    async def disabled_by(self, reason: str) -> None:
+        """Mark a stopped upstream `disabled` with `reason` (an operator's action, not the config's)."""
+        await self._set_state("disabled", reason)
 
     async def _send(self, operation: str, send: Callable[[Client], Awaitable[Any]], limit: float) -> Any:
         async with self.limiter:
