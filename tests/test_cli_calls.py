@@ -181,3 +181,30 @@ def test_stores_opened_by_the_command_see_the_schema_of_the_console(tmp_path: Pa
     store = open_store(Settings(data_dir=tmp_path))
     assert store.read("SELECT count(*) FROM audit")[1] == [(0,)]
     store.close()
+
+
+def test_servers_restart_disable_enable_and_reload_act_on_the_running_gateway(
+    served: tuple[object, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, base = served
+    wait_for(base, "alpha", "ready")
+    wait_for(base, "poisoned", "ready")
+    before = {s["server"]: s["pid"] for s in httpx2.get(f"{base}/admin/api/v1/servers", timeout=10).json()["servers"]}
+    assert run(["servers", "restart", "alpha"]) == 0
+    assert f"restarted alpha on the gateway at {base}" in capsys.readouterr().out
+    wait_for(base, "alpha", "ready")
+    after = {s["server"]: s["pid"] for s in httpx2.get(f"{base}/admin/api/v1/servers", timeout=10).json()["servers"]}
+    assert after["alpha"] != before["alpha"] and after["poisoned"] == before["poisoned"]
+
+    assert run(["servers", "disable", "alpha"]) == 0
+    wait_for(base, "alpha", "disabled")
+    assert run(["servers", "restart", "alpha"]) == 1
+    assert "answered 409" in capsys.readouterr().err
+    assert run(["servers", "enable", "alpha"]) == 0
+    wait_for(base, "alpha", "ready")
+    assert run(["servers", "restart", "zeta"]) == 1
+    assert "answered 404: There is no server 'zeta'" in capsys.readouterr().err
+
+    assert run(["reload", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and {"alpha", "poisoned"} <= set(report["unchanged"])
