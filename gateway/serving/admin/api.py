@@ -88,7 +88,10 @@ def _error(status: int, error: str, message: str) -> JSONResponse:
 async def _login(request: Request, principal: Principal, args: dict[str, Any]) -> Response:
     key = ""
     if request.headers.get("content-type", "").startswith("application/json"):
-        body = await request.json()
+        try:
+            body = await request.json()
+        except ValueError:
+            raise BadParameter('the body must be JSON: {"key": "<admin API key>"}') from None
         key = str(body.get("key", "")) if isinstance(body, dict) else ""
     else:
         key = str((await request.form()).get("key", ""))

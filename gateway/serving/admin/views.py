@@ -162,7 +162,6 @@ async def overview(gateway: GatewayServer) -> dict[str, Any]:
     return {
         "version": installed_version() or "unknown",
         "transport": "http",  # the console is served over HTTP only
-        "endpoint": f"http://{gateway.settings.http.host}:{gateway.settings.http.port}{gateway.settings.http.path}",
         "stateless": gateway.stateless,
         "mode": gateway.settings.routing.mode,
         "auth": gateway.auth.enabled,
