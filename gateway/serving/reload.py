@@ -140,8 +140,12 @@ class Reloader:
         except Exception as exc:  # noqa: BLE001 - boundary: a plugin's own failure must not stop serving
             logger.exception("config reload (%s): reading the new config failed", trigger)
             return self._refused(trigger, at, f"{type(exc).__name__}: {exc}")
-        changes = await self.registry.apply_specs(plan.specs, drain_seconds=self.settings.reload.drain_seconds)
-        await self._apply_security(plan.config)
+        try:
+            changes = await self.registry.apply_specs(plan.specs, drain_seconds=self.settings.reload.drain_seconds)
+            await self._apply_security(plan.config)
+        except Exception as exc:  # noqa: BLE001 - boundary: a trigger's task must not take the gateway down
+            logger.exception("config reload (%s): applying the new config failed", trigger)
+            return ReloadReport(False, trigger, at, f"applying the new config failed: {type(exc).__name__}: {exc}")
         self.config = plan.config
         report = ReloadReport(
             ok=True,
@@ -244,9 +248,15 @@ def _names(ids: Sequence[str]) -> str:
     return ", ".join(ids) if ids else "none"
 
 
-async def watch_config(reloader: Reloader, debounce_seconds: float) -> None:
-    """Reload whenever the config file changes. Its folder is watched, not the file, so that an
-    editor that saves by writing a new file and renaming it over the old one is noticed too."""
+WATCH_WAKEUP_MS = 1000
+"""The watch thread looks at its stop event at least this often (a cancelled watch waits for it)."""
+
+
+async def watch_config(reloader: Reloader, debounce_seconds: float, stop: anyio.Event | None = None) -> None:
+    """Reload whenever the config file changes, until `stop` is set. Its folder is watched, not the
+    file, so that an editor that saves by writing a new file and renaming it over the old one is
+    noticed too. The watch waits in a worker thread, which a cancellation cannot interrupt: set
+    `stop` first, and serving ends without waiting for it (the process exits at once on end of stdin)."""
     from watchfiles import awatch  # imported only by a gateway that watches
 
     path = Path(os.path.abspath(reloader.path))
@@ -256,5 +266,15 @@ async def watch_config(reloader: Reloader, debounce_seconds: float) -> None:
 
     logger.info("watching %s for changes (GATEWAY_RELOAD__WATCH)", path)
     debounce = max(1, int(debounce_seconds * 1000))
-    async for _ in awatch(path.parent, watch_filter=is_config, debounce=debounce, recursive=False):
-        await reloader.reload_if_changed("watch")
+    try:
+        async for _ in awatch(
+            path.parent,
+            watch_filter=is_config,
+            debounce=debounce,
+            recursive=False,
+            stop_event=stop,
+            rust_timeout=WATCH_WAKEUP_MS,
+        ):
+            await reloader.reload_if_changed("watch")
+    except Exception:  # noqa: BLE001 - boundary: serving goes on without the watch (SIGHUP still reloads)
+        logger.exception("the watch of %s stopped; send SIGHUP to reload", path)

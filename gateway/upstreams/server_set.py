@@ -264,9 +264,9 @@ class ServerSet:
     async def _stop(self, supervisors: Supervisors, upstream: Upstream, because: str) -> None:
         """Stop at once: the calls in flight are cancelled, saying `because`."""
         for caller in self.owner.retire_callers(upstream.id):
-            caller.cancel_requests(because)
+            caller.requests.cancel(because)
             caller.stop()
-        upstream.cancel_requests(because)
+        upstream.requests.cancel(because)
         await supervisors.stop(upstream)
 
     async def _retire(
@@ -275,14 +275,14 @@ class ServerSet:
         """Let the calls in flight on a removed or replaced server finish (bounded), then stop it."""
         with anyio.move_on_after(drain_seconds):
             for upstream in (old, *callers):
-                await upstream.drained()
-        left = sum(u.in_flight for u in (old, *callers))
+                await upstream.requests.wait_done()
+        left = sum(u.requests.count for u in (old, *callers))
         if left:
             logger.warning("server %r: cancelling %d call(s) still running after %g s", old.id, left, drain_seconds)
         how = "removed from" if old.id not in self.upstreams else "changed in"
         because = f"it was {how} the configuration, and its calls had {drain_seconds:g} s to finish"
         for upstream in (*callers, old):
-            upstream.cancel_requests(because)
+            upstream.requests.cancel(because)
         for caller in callers:
             caller.stop()
         await supervisors.stop(old)

@@ -47,6 +47,7 @@ from gateway.upstreams.errors import (
     unavailable_message,
 )
 from gateway.upstreams.health import probe
+from gateway.upstreams.in_flight import InFlight
 from gateway.upstreams.listing import Unsupported, fetch_listing, method_not_found, unsupported_answer
 from gateway.upstreams.on_demand import OnDemand
 from gateway.upstreams.spec import CONNECTED_STATES, LISTED_STATES, ServerState, UpstreamSpec
@@ -159,12 +160,8 @@ class Upstream:
         """How many sessions have completed their handshake: a new number is a fresh connection."""
         self.client_extensions: list[ClientExtension] = []
         """SDK client extensions every session to this server gets (the registry's task status binding)."""
-        self.in_flight = 0
-        """Requests started and not finished (waiting for the call cap or a connection included)."""
-        self._quiet = anyio.Event()
-        self._quiet.set()
-        self._requests: set[anyio.CancelScope] = set()
-        self._cancelled_because: str | None = None
+        self.requests = InFlight()
+        """The requests in flight: a removed or changed server drains them, then cancels the rest."""
 
     @property
     def stderr_tail(self) -> list[str]:
@@ -530,38 +527,22 @@ class Upstream:
         """
         limit = self.call_timeout if timeout is None else timeout
         self.on_demand.begin()  # an on-demand server does not go idle under a waiting request
-        if not self.in_flight:
-            self._quiet = anyio.Event()
-        self.in_flight += 1
+        scope = self.requests.begin()
         try:
-            with anyio.CancelScope() as scope:
-                self._requests.add(scope)
+            with scope:
                 if self.state == "idle":
                     self.on_demand.want()
                     await self.wait_ready(self.startup_timeout)
                 return await self._send(operation, send, limit)
         finally:
-            self._requests.discard(scope)
+            self.requests.end(scope)
             self.on_demand.end()
-            self.in_flight -= 1
-            if not self.in_flight:
-                self._quiet.set()
+        because = self.requests.cancelled_because
         raise UpstreamUnavailable(
-            f"Server {self.id!r} stopped while {operation} ran ({self._cancelled_because}); the request was cancelled.",
+            f"Server {self.id!r} stopped while {operation} ran ({because}); the request was cancelled.",
             server=self.id,
             sent=True,
         )
-
-    def cancel_requests(self, because: str) -> None:
-        """Cancel every request in flight (each gets `UpstreamUnavailable` saying `because`)."""
-        self._cancelled_because = because
-        for scope in list(self._requests):
-            scope.cancel()
-
-    async def drained(self) -> None:
-        """Wait until no request is in flight (a removed server drains before it stops)."""
-        while self.in_flight:
-            await self._quiet.wait()
 
     async def disabled_by(self, reason: str) -> None:
         """Mark a stopped upstream `disabled` with `reason` (an operator's action, not the config's)."""
