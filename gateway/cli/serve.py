@@ -16,6 +16,7 @@ import anyio
 
 from gateway.calls.observed import ObservedCalls
 from gateway.cli.common import EXIT_OK, Usage, load, settings_from
+from gateway.cli.remote import remove_runtime, write_runtime
 from gateway.config.loader import ConfigError, GatewayConfig
 from gateway.config.security import AuthConfig
 from gateway.config.settings import Settings
@@ -153,6 +154,7 @@ async def _serve(
 
     def announce(port: int) -> None:
         url = f"http://{settings.http.host}:{port}{settings.http.path}"
+        write_runtime(settings, f"http://{_url_host(settings.http.host)}:{port}")  # for `servers restart`, `reload`
         print(f"mcp-gateway: serving on {url}", file=sys.stderr, flush=True)
 
     async with anyio.create_task_group() as tg:
@@ -166,6 +168,7 @@ async def _serve(
             gateway = GatewayServer(
                 registry, settings, router, auth=config.auth, security=config.security, records=records
             )
+            gateway.config, gateway.vetter = config, vetter  # for the operator console (`/admin`)
             plugin_names = [name for name, _ in pm.list_name_plugin()]
             reloader = Reloader(
                 registry, settings, pm, config, vetter, plugin_names=plugin_names, settings_source=settings_source
@@ -178,13 +181,24 @@ async def _serve(
                 )
             try:
                 if sock is None:
+                    write_runtime(settings, None)  # `mcp-gateway reload` sends a stdio gateway SIGHUP
                     await serve_stdio(gateway, stop=stop)
                 else:
                     await serve_http(gateway, settings, sock, stop=stop, ready=announce)
             finally:
+                remove_runtime(settings)
                 watch_stop.set()  # before the watch is cancelled: its thread returns within a step
         tg.cancel_scope.cancel()
     return EXIT_OK
+
+
+def _url_host(host: str) -> str:
+    """Where a command on this machine reaches the gateway bound to `host`."""
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
 
 
 def _records(settings: Settings, registry: Registry) -> Records | None:

@@ -1,5 +1,6 @@
 """The streamable-HTTP transport: the MCP endpoint, `POST /route`, `POST /feedback`, `GET /healthz`,
-`/readyz` and `/metrics`, the listening socket and uvicorn.
+`/readyz` and `/metrics`, the operator console under `/admin` (`gateway.serving.admin`), the listening
+socket and uvicorn.
 
 Host and Origin headers are checked on every route against DNS rebinding: loopback
 names always pass, others only when listed in `GATEWAY_HTTP__ALLOWED_HOSTS` /
@@ -36,6 +37,8 @@ from gateway.records.feedback import feedback_endpoint
 from gateway.security.auth import Authenticator
 from gateway.security.http_guard import PUBLIC_PATHS, SecurityMiddleware, principal_in
 from gateway.security.scopes import visible
+from gateway.serving.admin.access import ADMIN_PREFIX, with_console
+from gateway.serving.admin.api import api_routes
 from gateway.serving.exposure import NO_TOOL_FITS, openai_function, tool_payload, unknown_mode
 from gateway.serving.server import GatewayServer
 
@@ -159,9 +162,10 @@ def transport_security(settings: Settings) -> TransportSecuritySettings:
     return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
 
 
-def build_http_app(gateway: GatewayServer, settings: Settings) -> SecurityMiddleware:
+def build_http_app(gateway: GatewayServer, settings: Settings, *, admin: bool = True) -> SecurityMiddleware:
     """The MCP endpoint plus `POST /route` for host apps, behind `gateway.security.http_guard` (Host/Origin,
-    authentication, rate limits, body size)."""
+    authentication, rate limits, body size). `admin=False` leaves the operator console out (to measure
+    what it costs a call: `bench/admin_overhead.py`)."""
     security = transport_security(settings)
     guard = TransportSecurityMiddleware(security)
     gateway.stateless = settings.http.stateless
@@ -201,6 +205,8 @@ def build_http_app(gateway: GatewayServer, settings: Settings) -> SecurityMiddle
     ]
     if gateway.records is not None:
         routes.append(Route("/feedback", feedback, methods=["POST"]))
+    if admin:
+        routes += api_routes()  # the operator console's JSON API (docs/console.md)
     public_paths: tuple[str, ...] = PUBLIC_PATHS
     if settings.http.metrics:
         routes.append(Route(METRICS_PATH, metrics, methods=["GET"]))
@@ -224,6 +230,8 @@ def build_http_app(gateway: GatewayServer, settings: Settings) -> SecurityMiddle
     served = _refusing_unknown_modes(app, settings.http.path)
     if tracing_enabled():  # a `traceparent` header continues the caller's trace
         served = TraceContextMiddleware(served)
+    if admin:
+        served = with_console(served, gateway)  # /admin requests find the console's sessions and state
     return SecurityMiddleware(
         served,  # after the Host check and authentication
         guard=guard,
@@ -232,6 +240,7 @@ def build_http_app(gateway: GatewayServer, settings: Settings) -> SecurityMiddle
         max_body=max_body,
         authenticator=authenticator,
         public_paths=public_paths,
+        session_prefix=ADMIN_PREFIX if admin else None,  # the console checks its own session cookie
     )
 
 
