@@ -164,7 +164,8 @@ def _parse_value(item: Field, text: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{name} must be JSON ({item.type_label}): {exc.msg} at line {exc.lineno} column {exc.colno}.") from None
+        where = f"line {exc.lineno} column {exc.colno}"
+        raise ValueError(f"{name} must be JSON ({item.type_label}): {exc.msg} at {where}.") from None
 
 
 def parse_form(form: ToolForm, posted: Mapping[str, str]) -> dict[str, Any]:
