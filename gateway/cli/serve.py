@@ -135,6 +135,7 @@ async def _serve(
             gateway = GatewayServer(
                 registry, settings, router, auth=config.auth, security=config.security, records=records
             )
+            gateway.config, gateway.vetter = config, vetter  # for the operator console (`/admin`)
             if sock is None:
                 await serve_stdio(gateway, stop=stop)
             else:

@@ -59,6 +59,7 @@ class ApiKeyConfig(_Strict):
     hash: str = Field(description="sha256:<64 hex digits> of the key.")
     profile: str | None = Field(default=None, description="A name under `auth.profiles`; unset: every tool.")
     rate_limit: RateLimit | None = Field(default=None, description="Overrides the profile's and the default.")
+    admin: bool = Field(default=False, description="May use the operator console and the admin API (`/admin`).")
 
     @field_validator("hash")
     @classmethod
@@ -79,6 +80,9 @@ class JwtConfig(_Strict):
     algorithms: list[Algorithm] = Field(default_factory=lambda: list(DEFAULT_ALGORITHMS), min_length=1)
     profile_claim: str = Field(default="gateway_profile", description="The claim naming the caller's profile.")
     default_profile: str | None = Field(default=None, description="Profile for tokens without the claim.")
+    admin_claim: str = Field(
+        default="gateway_admin", description="A claim that is `true` for callers who may use the console (`/admin`)."
+    )
     leeway: float = Field(default=30.0, ge=0, le=600, description="Seconds of clock skew tolerated.")
 
     @field_validator("audience", mode="before")

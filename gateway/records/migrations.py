@@ -83,4 +83,24 @@ MIGRATIONS: tuple[Migration, ...] = (
         ALTER TABLE executions ADD COLUMN trace_id TEXT
         """,
     ),
+    Migration(
+        3,
+        "the admin audit trail, and indexes for the console's call log (issue 18)",
+        """
+        CREATE TABLE audit (
+            id TEXT PRIMARY KEY,
+            at DOUBLE PRECISION NOT NULL,
+            principal TEXT NOT NULL,
+            action TEXT NOT NULL,
+            target TEXT,
+            outcome TEXT NOT NULL,
+            details TEXT
+        );
+        CREATE INDEX audit_by_time ON audit (at);
+        CREATE INDEX executions_by_server_time ON executions (server, at);
+        CREATE INDEX executions_by_tool_time ON executions (tool, at);
+        CREATE INDEX executions_by_status_time ON executions (status, at);
+        CREATE INDEX feedback_by_execution ON feedback (execution_id)
+        """,
+    ),
 )

@@ -111,6 +111,14 @@ class RecordStore(Protocol):
 
     async def usage_signals(self, since: float | None = None) -> Sequence[UsageSignal]: ...
 
+    def read(self, sql: str, params: Sequence[Any] = ()) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Column names and rows of one query (`?` placeholders), for `gateway.records.queries`."""
+        ...
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """One statement in its own transaction, written through (`gateway.records.audit`)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -287,6 +295,16 @@ class SqlStore:
     async def usage_signals(self, since: float | None = None) -> Sequence[UsageSignal]:
         """`gateway.router.signals.SignalSource`: +1/-1 per call, the rating's value per feedback."""
         return await anyio.to_thread.run_sync(self.signals, since)
+
+    def read(self, sql: str, params: Sequence[Any] = ()) -> tuple[list[str], list[tuple[Any, ...]]]:
+        with self._using() as cursor:
+            cursor.execute(self._sql(sql), tuple(params))
+            names = [column[0] for column in cursor.description]
+            return names, [tuple(row) for row in cursor.fetchall()]
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> None:
+        with self._using() as cursor:
+            cursor.execute(self._sql(sql), tuple(params))
 
 
 def _now() -> float:

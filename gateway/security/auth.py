@@ -8,7 +8,8 @@ nor the position of a key in the list says anything.
 
 A JWT (three dot-separated parts) is verified with PyJWT: signature against the
 configured JWKS (a file, or a URL fetched and cached by `PyJWKClient`), `iss`, `aud`,
-`exp`, and `nbf`. Its profile comes from a claim (`auth.jwt.profile_claim`).
+`exp`, and `nbf`. Its profile comes from a claim (`auth.jwt.profile_claim`), and whether it may use
+the operator console from another (`auth.jwt.admin_claim`, which must be `true`).
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ class Principal:
     """None: every server and tool."""
     rate_limit: RateLimit
     issuer: str | None = None
+    admin: bool = False
+    """May use the operator console and the admin API: an API key with `admin: true`, or a JWT whose
+    `auth.jwt.admin_claim` is true."""
 
 
 class Authenticator:
@@ -84,7 +88,7 @@ class Authenticator:
         if found is None:
             raise AuthError("invalid API key")
         profile = self.config.profiles.get(found.profile) if found.profile else None
-        return Principal(found.name, profile, self._rate(found.rate_limit, profile))
+        return Principal(found.name, profile, self._rate(found.rate_limit, profile), admin=found.admin)
 
     def _jwt_principal(self, claims: dict[str, Any]) -> Principal:
         assert self.config.jwt is not None
@@ -97,7 +101,9 @@ class Authenticator:
             raise AuthError("the token's profile is not one this gateway knows", status=403)
         profile = self.config.profiles[wanted]
         subject = str(claims.get("sub") or claims.get("client_id") or "?")
-        return Principal(f"jwt:{subject}", profile, self._rate(None, profile), issuer=str(claims.get("iss")))
+        admin = claims.get(jwt_config.admin_claim) is True  # a boolean claim; "true" as a string is not enough
+        rate = self._rate(None, profile)
+        return Principal(f"jwt:{subject}", profile, rate, issuer=str(claims.get("iss")), admin=admin)
 
     def _rate(self, own: RateLimit | None, profile: ProfileConfig | None) -> RateLimit:
         return own or (profile.rate_limit if profile is not None else None) or self.config.rate_limit

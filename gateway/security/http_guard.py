@@ -13,6 +13,10 @@
    body, for any request, including a `tools/call` inside a session.
 5. The request body size: 413 above `security.limits.max_request_bytes`.
 
+Under `session_prefix` (the operator console, `/admin`), a request without an `Authorization`
+header goes on unauthenticated after the Host/Origin check: the console checks its own
+session cookie (`gateway.serving.admin.access`). One with the header is checked as above.
+
 The authenticated `Principal` rides in the ASGI scope (`PRINCIPAL_KEY`), where the
 MCP handlers find it through `ctx.request.scope`; `scope["user"]` is set too, so the
 SDK binds each streamable-HTTP session to the caller that created it.
@@ -107,9 +111,11 @@ class SecurityMiddleware:
         max_body: int,
         authenticator: Authenticator | None = None,
         public_paths: tuple[str, ...] = PUBLIC_PATHS,
+        session_prefix: str | None = None,
     ) -> None:
         """`public_paths`: routes served without Host check or credentials (the health probes,
-        and `/metrics` when `GATEWAY_HTTP__METRICS_PUBLIC` says so)."""
+        and `/metrics` when `GATEWAY_HTTP__METRICS_PUBLIC` says so); `session_prefix`: routes whose
+        app authenticates a request without an `Authorization` header itself (a session cookie)."""
         self.app = RequestBodyLimitMiddleware(app, max_body)
         self.public_paths = public_paths
         self.guard = guard
@@ -117,6 +123,7 @@ class SecurityMiddleware:
         self.endpoint_path = endpoint_path
         self.authenticator = authenticator
         self.limiter = RateLimiter()
+        self.session_prefix = session_prefix
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -134,6 +141,10 @@ class SecurityMiddleware:
         if scope["path"].startswith(METADATA_PATH):
             await self._metadata(request, send)
             return
+        if self.session_prefix is not None and _under(scope["path"], self.session_prefix):
+            if not request.headers.get("authorization"):
+                await self.app(scope, receive, send)
+                return
         if self.authenticator is not None:
             try:
                 principal = await self._authenticate(request)
@@ -212,6 +223,10 @@ class SecurityMiddleware:
         code = "insufficient_scope" if error.status == 403 else "invalid_token"
         body = {"error": code, "error_description": error.reason}
         await _send_json(send, error.status, body, [(b"www-authenticate", challenge.encode())])
+
+
+def _under(path: str, prefix: str) -> bool:
+    return path == prefix or path.startswith(prefix.rstrip("/") + "/")
 
 
 async def _send_json(

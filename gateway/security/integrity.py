@@ -5,7 +5,9 @@ JSON, so a "rug pull" (a tool that changes after it was first seen and trusted) 
 changed fingerprint. The store keeps, per (server, tool): the approved fingerprint
 (the first one seen, or the last one approved), a pending one (a change not yet
 approved), and whether a person approved the current one with `mcp-gateway tools
-approve` (which also releases a tool quarantined for its description).
+approve` (which also releases a tool quarantined for its description). The definitions behind
+the fingerprints are kept too (`definitions`, from the time this was added), so the console
+can show what changed as a diff.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import hashlib
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +24,7 @@ from typing import Literal
 
 import mcp_types as types
 
-__all__ = ["STORE_NAME", "IntegrityStore", "StoredTool", "fingerprint"]
+__all__ = ["STORE_NAME", "IntegrityStore", "StoredTool", "canonical", "fingerprint"]
 
 STORE_NAME = "tool-integrity.sqlite3"
 Observation = Literal["new", "same", "changed"]
@@ -40,19 +42,24 @@ CREATE TABLE IF NOT EXISTS tools (
     PRIMARY KEY (server, tool)
 );
 CREATE TABLE IF NOT EXISTS approvals (revision INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS definitions (fingerprint TEXT PRIMARY KEY, definition TEXT NOT NULL);
 INSERT INTO approvals SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM approvals);
 """
 
 
-def fingerprint(tool: types.Tool) -> str:
-    """sha256 of the description and input schema, as canonical JSON (key order does not matter)."""
-    canonical = json.dumps(
+def canonical(tool: types.Tool) -> str:
+    """The description and input schema as canonical JSON (key order does not matter): what is fingerprinted."""
+    return json.dumps(
         {"description": tool.description or "", "inputSchema": tool.input_schema},
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=False,
     )
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def fingerprint(tool: types.Tool) -> str:
+    """sha256 of the description and input schema, as canonical JSON (key order does not matter)."""
+    return hashlib.sha256(canonical(tool).encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -88,12 +95,15 @@ class IntegrityStore:
         """Record one fingerprint as seen (see `observe_all`)."""
         return self.observe_all([(server, tool, exposed, seen)])[(server, tool)][0]
 
-    def observe_all(self, seen: list[tuple[str, str, str, str]]) -> dict[tuple[str, str], tuple[Observation, bool]]:
+    def observe_all(
+        self, seen: list[tuple[str, str, str, str]], definition: Callable[[str, str], str] | None = None
+    ) -> dict[tuple[str, str], tuple[Observation, bool]]:
         """Record (server, tool, exposed name, fingerprint) rows in one transaction.
 
         The first fingerprint of a tool is approved; a different one later is pending.
         Returns, per (server, tool), what it was and whether a person approved exactly
-        this fingerprint (`tools approve`). Only new and changed rows are written.
+        this fingerprint (`tools approve`). Only new and changed rows are written, with
+        their definition (`definition(server, tool)`: the canonical JSON) when given.
         """
         now = time.time()
         result: dict[tuple[str, str], tuple[Observation, bool]] = {}
@@ -121,7 +131,17 @@ class IntegrityStore:
             db.executemany(
                 "UPDATE tools SET exposed = ?, pending = ?, changed_at = ? WHERE server = ? AND tool = ?", updates
             )
+            if definition is not None:
+                written = [(row[3], definition(row[0], row[1])) for row in inserts]
+                written += [(row[1], definition(row[3], row[4])) for row in updates if row[1] is not None]
+                db.executemany("INSERT OR IGNORE INTO definitions VALUES (?, ?)", written)
         return result
+
+    def definition(self, fingerprint_: str) -> str | None:
+        """The canonical JSON a fingerprint was made from, if it was seen since definitions are kept."""
+        with self._connect() as db:
+            row = db.execute("SELECT definition FROM definitions WHERE fingerprint = ?", (fingerprint_,)).fetchone()
+        return None if row is None else str(row[0])
 
     def is_trusted(self, server: str, tool: str, seen: str) -> bool:
         """Did a person approve exactly this fingerprint?"""

@@ -27,7 +27,7 @@ from gateway.catalog import ServerListing, expose_name
 from gateway.config.security import SecurityConfig
 from gateway.errors import ToolWithheld
 from gateway.security.injection import Finding, scan, strip_findings
-from gateway.security.integrity import IntegrityStore, fingerprint
+from gateway.security.integrity import IntegrityStore, canonical, fingerprint
 
 __all__ = ["ToolReport", "ToolVetter"]
 
@@ -83,7 +83,11 @@ class ToolVetter:
             for listing in listings
             for tool in listing.tools
         }
-        stored = self.store.observe_all([(s, t, exposed, fp) for (s, t), (exposed, fp) in seen.items()])
+        tools = {(listing.server_id, tool.name): tool for listing in listings for tool in listing.tools}
+        stored = self.store.observe_all(
+            [(s, t, exposed, fp) for (s, t), (exposed, fp) in seen.items()],
+            lambda server, tool: canonical(tools[(server, tool)]),
+        )
         vetted = []
         for listing in listings:
             own = set(names[listing.server_id])  # a name this server also has is not a reference to another

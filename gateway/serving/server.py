@@ -39,7 +39,9 @@ from gateway.serving.tools import ToolHandlers
 from gateway.upstreams.upstream import cancel_when, gateway_version
 
 if TYPE_CHECKING:
+    from gateway.config.loader import GatewayConfig
     from gateway.records.service import Records
+    from gateway.security.vetting import ToolVetter
 
 __all__ = ["GatewayServer", "serve_stdio"]
 
@@ -97,6 +99,10 @@ class GatewayServer:
         so nothing is kept per session (dynamic lists, call counts, subscriptions)."""
         self.auth = auth or AuthConfig()
         self.security = security or SecurityConfig()
+        self.config: GatewayConfig | None = None
+        """The loaded config file, for the console (`serve` sets it; masked there before it is shown)."""
+        self.vetter: ToolVetter | None = None
+        """The tool vetter whose listing filter the registry runs, for the console's approvals (`serve` sets it)."""
         self.notifications = Notifications(registry.relay)
         self.interactions = Interactions(registry.relay, lambda: registry.task_group, lambda: self.stateless)
         self.startup = StartupWait(registry, settings)

@@ -1,0 +1,166 @@
+"""Reads of the call log for the operator console and `mcp-gateway calls`: indexed, newest first.
+
+Every query here is bounded (a `LIMIT`, or a recent time window) and served by an index
+from migration 3 (`executions (server, at)`, `(tool, at)`, `(status, at)`, `feedback
+(execution_id)`) or the time index of migration 1, so it stays fast with 100,000 records
+(`bench/admin_overhead.py`). Statuses as an operator asks for them (`CALL_STATUSES`):
+`ok` (the server answered with a result), `error` (it was sent and failed, or the server
+answered with an error result), `timeout`, and `refused` (an admission layer refused it
+before it reached a server: recorded with no attempt).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.records.store import RecordStore
+
+__all__ = [
+    "CALL_STATUSES",
+    "MAX_CALLS",
+    "CallFilter",
+    "WindowRow",
+    "call_detail",
+    "call_rows",
+    "feedback_rows",
+    "status_of",
+    "window_rows",
+]
+
+CALL_STATUSES = ("ok", "error", "timeout", "refused")
+MAX_CALLS = 1000
+"""The most calls one listing returns (`limit`)."""
+MAX_WINDOW_ROWS = 50_000
+"""The most recent calls the overview reads for its figures (a busier window is summarized by these)."""
+
+_LIST_COLUMNS = (
+    "id, at, server, tool, status, error_code, latency_ms, attempts, client_id, session_id, trace_id, "
+    "substr(response_summary, 1, 160) AS summary"
+)
+_STATUS_SQL = {
+    "ok": "status = 'success'",
+    "error": "status IN ('error', 'timeout') AND attempts > 0",
+    "timeout": "status = 'timeout'",
+    "refused": "status IN ('error', 'timeout') AND attempts = 0",
+}
+
+
+@dataclass(frozen=True)
+class CallFilter:
+    """Which calls to list: all given conditions hold. `since` and `before` are Unix seconds
+    (`before` excludes: pass the last listed call's `at` for the next page)."""
+
+    server: str | None = None
+    tool: str | None = None
+    status: str | None = None
+    since: float | None = None
+    before: float | None = None
+    limit: int = 100
+
+    def __post_init__(self) -> None:
+        if self.status is not None and self.status not in CALL_STATUSES:
+            raise ValueError(f"status must be one of {', '.join(CALL_STATUSES)}; got {self.status!r}")
+        if not 1 <= self.limit <= MAX_CALLS:
+            raise ValueError(f"limit must be from 1 to {MAX_CALLS}; got {self.limit}")
+
+
+def status_of(status: str, attempts: int) -> str:
+    """A stored execution's status as `CALL_STATUSES` name it."""
+    if status == "success":
+        return "ok"
+    if attempts == 0:
+        return "refused"
+    return "timeout" if status == "timeout" else "error"
+
+
+def _where(flt: CallFilter) -> tuple[str, list[Any]]:
+    clauses: list[str] = []
+    params: list[Any] = []
+    for column, value in (("server", flt.server), ("tool", flt.tool)):
+        if value is not None:
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    if flt.status is not None:
+        clauses.append(_STATUS_SQL[flt.status])
+    if flt.since is not None:
+        clauses.append("at >= ?")
+        params.append(flt.since)
+    if flt.before is not None:
+        clauses.append("at < ?")
+        params.append(flt.before)
+    return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+
+def _dicts(names: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    return [dict(zip(names, row, strict=True)) for row in rows]
+
+
+def call_rows(store: RecordStore, flt: CallFilter) -> list[dict[str, Any]]:
+    """Calls matching `flt`, newest first, without their arguments and full results (see `call_detail`)."""
+    where, params = _where(flt)
+    names, rows = store.read(
+        f"SELECT {_LIST_COLUMNS} FROM executions{where} ORDER BY at DESC LIMIT {int(flt.limit)}", params
+    )
+    calls = _dicts(names, rows)
+    for call in calls:
+        call["status"] = status_of(call["status"], call["attempts"])
+    return calls
+
+
+def call_detail(store: RecordStore, execution_id: str) -> dict[str, Any] | None:
+    """One call with its (redacted, as stored) arguments, result summary, failures and feedback."""
+    names, rows = store.read(
+        "SELECT id, at, server, tool, status, error_code, latency_ms, attempts, client_id, session_id, trace_id, "
+        "search_id, arguments, response_summary, response_size FROM executions WHERE id = ?",
+        (execution_id,),
+    )
+    if not rows:
+        return None
+    call = _dicts(names, rows)[0]
+    call["stored_status"] = call["status"]
+    call["status"] = status_of(call["status"], call["attempts"])
+    names, rows = store.read(
+        "SELECT seq, attempt, error_type, code, details FROM failures WHERE execution_id = ? ORDER BY seq",
+        (execution_id,),
+    )
+    call["failures"] = _dicts(names, rows)
+    names, rows = store.read(
+        "SELECT at, rating, score, comment, client_id FROM feedback WHERE execution_id = ? ORDER BY at",
+        (execution_id,),
+    )
+    call["feedback"] = _dicts(names, rows)
+    return call
+
+
+def feedback_rows(store: RecordStore, limit: int) -> list[dict[str, Any]]:
+    """The latest feedback, newest first, with the server and tool of the call it rates."""
+    if not 1 <= limit <= MAX_CALLS:
+        raise ValueError(f"limit must be from 1 to {MAX_CALLS}; got {limit}")
+    names, rows = store.read(
+        "SELECT f.at, f.execution_id, e.server, e.tool, f.rating, f.score, f.comment, f.client_id "
+        f"FROM feedback f LEFT JOIN executions e ON e.id = f.execution_id ORDER BY f.at DESC LIMIT {int(limit)}"
+    )
+    return _dicts(names, rows)
+
+
+@dataclass(frozen=True, slots=True)
+class WindowRow:
+    server: str
+    at: float
+    latency_ms: float
+    status: str
+    """As `status_of` names it."""
+
+
+def window_rows(store: RecordStore, since: float) -> list[WindowRow]:
+    """The calls since `since` (at most the latest `MAX_WINDOW_ROWS`), for the overview's figures."""
+    _, rows = store.read(
+        f"SELECT server, at, latency_ms, status, attempts FROM executions WHERE at >= ? "
+        f"ORDER BY at DESC LIMIT {MAX_WINDOW_ROWS}",
+        (since,),
+    )
+    return [
+        WindowRow(server, at, latency, status_of(status, attempts)) for server, at, latency, status, attempts in rows
+    ]
