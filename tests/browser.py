@@ -1,5 +1,6 @@
 """A real headless Chromium for the console's browser tests: Debian's `chromium` driven by selenium
-through Debian's `chromedriver` (`scripts/test` installs both when missing).
+through Debian's `chromedriver` (`scripts/test` installs both when missing). A test module imports
+`browser_session`, which is the `browser` fixture.
 
 Selenium is pointed at the driver explicitly and told to stay offline (`SE_OFFLINE`): its Selenium
 Manager would otherwise try to download a browser and a driver. Chromium gets the flags that keep
@@ -35,7 +36,7 @@ FLAGS = (
     "--window-size=1280,900",
 )
 
-__all__ = ["CHROMEDRIVER", "CHROMIUM", "browser", "screenshot", "wait_for"]
+__all__ = ["CHROMEDRIVER", "CHROMIUM", "browser_session", "screenshot", "wait_for"]
 
 
 def _missing() -> str | None:
@@ -48,8 +49,8 @@ def _missing() -> str | None:
     )
 
 
-@pytest.fixture(scope="session")
-def browser() -> Iterator[Any]:
+@pytest.fixture(scope="session", name="browser")
+def browser_session() -> Iterator[Any]:
     """One headless Chromium for the session (it takes a second or two to start); quit at the end."""
     problem = _missing()
     if problem is not None:

@@ -36,6 +36,8 @@ from gateway.records.feedback import feedback_endpoint
 from gateway.security.auth import Authenticator
 from gateway.security.http_guard import PUBLIC_PATHS, SecurityMiddleware, principal_in
 from gateway.security.scopes import visible
+from gateway.serving.admin.access import ADMIN_PREFIX, with_console
+from gateway.serving.admin.ui import ui_routes
 from gateway.serving.exposure import NO_TOOL_FITS, openai_function, tool_payload, unknown_mode
 from gateway.serving.server import GatewayServer
 
@@ -201,6 +203,7 @@ def build_http_app(gateway: GatewayServer, settings: Settings) -> SecurityMiddle
     ]
     if gateway.records is not None:
         routes.append(Route("/feedback", feedback, methods=["POST"]))
+    routes += ui_routes(gateway)  # the console's web pages at /admin (`gateway.serving.admin.ui`)
     public_paths: tuple[str, ...] = PUBLIC_PATHS
     if settings.http.metrics:
         routes.append(Route(METRICS_PATH, metrics, methods=["GET"]))
@@ -221,7 +224,7 @@ def build_http_app(gateway: GatewayServer, settings: Settings) -> SecurityMiddle
     if not settings.http.stateless:
         gateway.registry.metrics.watch_sessions(partial(open_sessions, gateway.server.session_manager))
     authenticator = Authenticator(gateway.auth) if gateway.auth.enabled else None
-    served = _refusing_unknown_modes(app, settings.http.path)
+    served = with_console(_refusing_unknown_modes(app, settings.http.path), gateway)
     if tracing_enabled():  # a `traceparent` header continues the caller's trace
         served = TraceContextMiddleware(served)
     return SecurityMiddleware(
@@ -232,6 +235,7 @@ def build_http_app(gateway: GatewayServer, settings: Settings) -> SecurityMiddle
         max_body=max_body,
         authenticator=authenticator,
         public_paths=public_paths,
+        session_prefix=ADMIN_PREFIX,  # the console checks its own session cookie
     )
 
 

@@ -91,7 +91,7 @@ def _label(schema: Mapping[str, Any]) -> str:
 def _field(name: str, schema: Any, required: bool) -> Field:
     if not isinstance(schema, Mapping):
         return Field(name, "json", required, type_label="JSON")
-    description = str(schema.get("description") or schema.get("title") or "")
+    description = str(schema.get("description") or "")
     has_default = "default" in schema
     default = schema.get("default")
     enum = schema.get("enum")
