@@ -69,7 +69,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
             credentials: {{Authorization_env: REC_TOKEN, X-Api-Key_file: api-key.txt}}
         auth:
           api_keys:
-            - {{name: admin, hash: "{hash_key(KEYS["admin"])}"}}
+            - {{name: admin, hash: "{hash_key(KEYS["admin"])}", admin: true}}
             - {{name: alpha-only, hash: "${{ALPHA_KEY_HASH}}", profile: alpha}}
             - {{name: tight, hash: "{hash_key(KEYS["tight"])}", rate_limit: {{per_minute: 1, burst: 3}}}}
           profiles:
@@ -276,8 +276,13 @@ async def test_no_secret_appears_in_logs_errors_or_records(gateway: Deployment) 
             async with client_for(gateway.url, KEYS["admin"][:-1]) as client:
                 await client.list_tools()
         errors.append(repr(refused.value))
+    console = [  # the operator console's API shows the config, the servers and the calls (issue 18)
+        httpx2.get(f"{gateway.base}/admin/api/v1/{path}", headers={"Authorization": f"Bearer {KEYS['admin']}"}).text
+        for path in ("config", "servers", "servers/rec", "calls", "tools", "feedback", "audit")
+    ]
+    assert '"rec"' in console[0] and "X-Api-Key" in console[0]  # the API answered
     records = [p.read_bytes().decode("utf-8", "replace") for p in gateway.data.rglob("*") if p.is_file()]
-    haystack = "\n".join([gateway.log.read_text(), *errors, *records])
+    haystack = "\n".join([gateway.log.read_text(), *errors, *records, *console])
     assert "refused POST /mcp" in haystack  # the log was captured: refusals are logged
     for secret in [*KEYS.values(), UPSTREAM_TOKEN, UPSTREAM_TOKEN.split()[1], FILE_SECRET]:
         assert secret not in haystack

@@ -37,6 +37,7 @@ from gateway.security.auth import Authenticator
 from gateway.security.http_guard import PUBLIC_PATHS, SecurityMiddleware, principal_in
 from gateway.security.scopes import visible
 from gateway.serving.admin.access import ADMIN_PREFIX, with_console
+from gateway.serving.admin.api import api_routes
 from gateway.serving.admin.ui import ui_routes
 from gateway.serving.exposure import NO_TOOL_FITS, openai_function, tool_payload, unknown_mode
 from gateway.serving.server import GatewayServer
@@ -203,6 +204,7 @@ def build_http_app(gateway: GatewayServer, settings: Settings) -> SecurityMiddle
     ]
     if gateway.records is not None:
         routes.append(Route("/feedback", feedback, methods=["POST"]))
+    routes += api_routes()  # the operator console's JSON API (docs/console.md)
     routes += ui_routes(gateway)  # the console's web pages at /admin (`gateway.serving.admin.ui`)
     public_paths: tuple[str, ...] = PUBLIC_PATHS
     if settings.http.metrics:
@@ -224,9 +226,10 @@ def build_http_app(gateway: GatewayServer, settings: Settings) -> SecurityMiddle
     if not settings.http.stateless:
         gateway.registry.metrics.watch_sessions(partial(open_sessions, gateway.server.session_manager))
     authenticator = Authenticator(gateway.auth) if gateway.auth.enabled else None
-    served = with_console(_refusing_unknown_modes(app, settings.http.path), gateway)
+    served = _refusing_unknown_modes(app, settings.http.path)
     if tracing_enabled():  # a `traceparent` header continues the caller's trace
         served = TraceContextMiddleware(served)
+    served = with_console(served, gateway)  # /admin requests find the console's sessions and state
     return SecurityMiddleware(
         served,  # after the Host check and authentication
         guard=guard,
