@@ -1,13 +1,13 @@
 """The registry: every upstream server, internal and external, and the catalog they make.
 
-It turns the YAML config and the plugins' registrations into `UpstreamSpec`s, starts
-every upstream concurrently, rebuilds the merged catalog whenever a server's listing
-or state changes, and tells its listeners (the downstream server) what changed.
+It starts every upstream concurrently (each in its own cancel scope), rebuilds the merged
+catalog whenever a server's listing or state changes, and tells its listeners (the
+downstream server) what changed. While it runs, one server can be restarted, disabled or
+enabled, and a new set of specs applied (a reloaded config), while the others keep serving.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import logging
 import math
@@ -18,8 +18,7 @@ from typing import Any, get_args
 
 import anyio
 import mcp_types as types
-from mcp import StdioServerParameters
-from mcp.client.stdio import get_default_environment
+from mcp.client.extension import ClientExtension
 
 from gateway.calls import Middleware, ToolCall, compose
 from gateway.calls.access import Access
@@ -42,13 +41,14 @@ from gateway.plugins import PluginManager
 from gateway.relay import Relay
 from gateway.server_specs import RegistrationError
 from gateway.upstreams.caller_sessions import CallerSessions
-from gateway.upstreams.recursion import Chain, ChainError, gateway_chain, is_refusal
-from gateway.upstreams.recursion import starts_gateway as entry_starts_gateway
+from gateway.upstreams.recursion import ChainError, gateway_chain, is_refusal
+from gateway.upstreams.server_set import OPERATOR_DISABLED, ServerSet, UnknownServer, duplicate_ids
 from gateway.upstreams.spec import ServerState
+from gateway.upstreams.supervision import SpecChanges
 from gateway.upstreams.tasks import TaskStatusExtension
 from gateway.upstreams.upstream import CONNECTED_STATES, LISTED_STATES, Upstream, UpstreamSpec, unavailable_error
 
-__all__ = ["ChangeKind", "Registry"]
+__all__ = ["OPERATOR_DISABLED", "ChangeKind", "Registry", "SpecChanges", "UnknownServer"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,33 +61,10 @@ LogListener = Callable[[str, types.LoggingMessageNotificationParams], Awaitable[
 TaskStatusListener = Callable[[str, types.TaskStatusNotificationParams], Awaitable[None]]
 
 
-def _self_start(spec: UpstreamSpec, chain: Chain) -> str | None:
-    """Why an enabled stdio entry must never be started: it starts a gateway whose config is in `chain`."""
-    target = spec.target
-    if not (spec.enabled and isinstance(target, StdioServerParameters)):
-        return None
-    env = get_default_environment() | (target.env or {})  # what the child gets (`gateway.upstreams.stdio_child`)
-    return entry_starts_gateway(target.command, target.args, env, target.cwd, chain.configs)
-
-
-def _with_chain(spec: UpstreamSpec, chain: Chain) -> UpstreamSpec:
-    """A stdio spec whose child learns the chain of gateways above it (`MCP_GATEWAY_CHAIN`) and its cap."""
-    if not isinstance(spec.target, StdioServerParameters):
-        return spec
-    env = {**(spec.target.env or {}), **chain.child_env()}
-    return dataclasses.replace(spec, target=spec.target.model_copy(update={"env": env}))
-
-
-class _RefusedUpstream(Upstream):
-    """An entry that would start this gateway again: failed from the start, never spawned."""
-
-    def __init__(self, refusal: str, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.refusal = refusal
-
-    async def run(self) -> None:
-        await self._set_state("failed", self.refusal)
-        self._ready.set()
+def _check_ids(specs: Sequence[UpstreamSpec]) -> None:
+    duplicates = duplicate_ids(specs)
+    if duplicates:
+        raise RegistrationError(f"server id(s) used twice (plugin and config?): {', '.join(duplicates)}")
 
 
 class Registry:
@@ -104,10 +81,7 @@ class Registry:
         """`relay_requests=False` for one-shot commands: with no client to ask, upstreams are
         told the gateway does not support sampling, elicitation or roots. `plugins` brings
         the plugins' call hooks into the call chain."""
-        ids = [s.id for s in specs]
-        duplicates = sorted({i for i in ids if ids.count(i) > 1})
-        if duplicates:
-            raise RegistrationError(f"server id(s) used twice (plugin and config?): {', '.join(duplicates)}")
+        _check_ids(specs)
         self.settings = settings
         try:  # a gateway that started itself, or one nested too deep, stops here
             chain = gateway_chain(settings.config, settings.max_nesting)
@@ -123,13 +97,10 @@ class Registry:
             "health_interval": settings.resilience.health_interval,
             "listing_dir": settings.data_dir / "listings",
         }
-        self.upstreams: dict[str, Upstream] = {}
-        for spec in specs:
-            refusal = _self_start(spec, self.chain)
-            spec = _with_chain(spec, self.chain)
-            self.upstreams[spec.id] = (
-                Upstream(spec, self, **options) if refusal is None else _RefusedUpstream(refusal, spec, self, **options)
-            )
+        self.task_status_listeners: list[TaskStatusListener] = []
+        """Told of every `notifications/tasks/status` a server sends (`gateway.serving.tasks`)."""
+        self.servers = ServerSet(specs, self, chain, options)
+        """The running upstreams and the changes made to them at runtime (`gateway.upstreams.server_set`)."""
         self.plugins = plugins
         """The plugin manager, for hooks other parts call (e.g. the router's `gateway_enrich_tool`)."""
         resilience = settings.resilience
@@ -147,8 +118,8 @@ class Registry:
             Retries(
                 resilience.retry_attempts,
                 resilience.retry_max_seconds,
-                eta=lambda server: self.upstreams[server].eta(),
-                wait_ready=lambda server, seconds: self.upstreams[server].wait_ready(seconds),
+                eta=self._eta,
+                wait_ready=self._wait_ready,
             ),
             self.breakers,
             apply_timeout,
@@ -165,10 +136,6 @@ class Registry:
         self.change_listeners: list[ChangeListener] = []
         self.resource_listeners: list[ResourceListener] = []
         self.log_listeners: list[LogListener] = []
-        self.task_status_listeners: list[TaskStatusListener] = []
-        """Told of every `notifications/tasks/status` a server sends (`gateway.serving.tasks`)."""
-        for upstream in self.upstreams.values():
-            upstream.client_extensions.append(TaskStatusExtension(partial(self._task_status, upstream.id)))
         self.listing_filter: Callable[[Sequence[ServerListing]], list[ServerListing]] | None = None
         """Vets listings before they enter the catalog (`gateway.security.vetting`); None: all pass."""
         self.withheld: Callable[[str], GatewayError | None] | None = None
@@ -185,21 +152,21 @@ class Registry:
         """Start every upstream concurrently; stop them all on exit."""
         async with anyio.create_task_group() as tg:
             self._task_group = tg
-            supervisors = anyio.create_task_group()
-            async with supervisors:
-                for upstream in self.upstreams.values():
-                    supervisors.start_soon(upstream.run, name=f"upstream {upstream.id}")
-                try:
-                    yield self
-                finally:
-                    # Supervisors close their sessions (and reap stdio children) on stop;
-                    # the deadline bounds a server that will not go away.
-                    for upstream in self.upstreams.values():
-                        upstream.stop()
-                    supervisors.cancel_scope.deadline = anyio.current_time() + 10
+            async with self.servers.running():
+                yield self
             # Work that outlived requests (router, relay exchanges) ends with the upstreams.
             tg.cancel_scope.cancel()
             self._task_group = None
+
+    @property
+    def upstreams(self) -> dict[str, Upstream]:
+        """The running upstreams by id, in configuration order (a new dict after each runtime change)."""
+        return self.servers.upstreams
+
+    @property
+    def specs(self) -> dict[str, UpstreamSpec]:
+        """The running specs by id, as given (what `apply_specs` diffs against)."""
+        return self.servers.specs
 
     @property
     def task_group(self) -> anyio.abc.TaskGroup:
@@ -211,17 +178,60 @@ class Registry:
     async def wait_settled(self, timeout: float | None = None) -> None:
         """Wait until every server has connected or failed (bounded by `timeout`)."""
         with anyio.move_on_after(timeout):
-            for upstream in self.upstreams.values():
+            for upstream in list(self.upstreams.values()):
                 await upstream.wait_settled()
+
+    # ---- runtime changes (`gateway.upstreams.server_set`) ---------------------
+
+    async def restart_server(self, server_id: str) -> None:
+        """Close the server's session (a stdio child is reaped) and start a fresh one (a new process);
+        calls of its tools meanwhile wait for it. Raises `UnknownServer` (a `KeyError(server_id)`)
+        for an unknown id, `ValueError` for a disabled server (enable it instead)."""
+        await self.servers.restart(server_id)
+
+    async def set_server_enabled(self, server_id: str, enabled: bool) -> None:
+        """Disable a server (session stopped, its items out of the catalog, state `disabled` with
+        reason "disabled by an operator"; a call of its tool says so) or enable it again. Runtime
+        only: a restarted gateway reads the config again. Raises `UnknownServer` for an unknown id."""
+        await self.servers.set_enabled(server_id, enabled)
+
+    async def apply_specs(self, specs: Sequence[UpstreamSpec], *, drain_seconds: float) -> SpecChanges:
+        """Make `specs` (a reloaded config) the running servers, diffed by id: unchanged ones keep
+        running untouched (same session, same process); changed ones are replaced (new process);
+        removed ones leave the catalog at once, then drain in the background (calls in flight get up
+        to `drain_seconds`, then are cancelled) and stop; added ones start. The catalog is rebuilt
+        and listeners told once; an operator's disable holds. Ids used twice raise
+        `RegistrationError` before anything changes."""
+        _check_ids(specs)
+        return await self.servers.apply(specs, drain_seconds)
+
+    # ---- ServerSetOwner ---------------------------------------------------------
+
+    def client_extensions(self, server_id: str) -> list[ClientExtension]:
+        return [TaskStatusExtension(partial(self._task_status, server_id))]
+
+    def retire_callers(self, server_id: str) -> list[Upstream]:
+        return self.caller_sessions.retire(server_id)
+
+    def server_removed(self, server_id: str) -> None:
+        self.breakers.forget(server_id)
+        self.metrics.forget_server(server_id)
+
+    async def rebuild(self) -> None:
+        await self._rebuild()
 
     # ---- UpstreamEvents -------------------------------------------------------
 
     async def listing_changed(self, upstream: Upstream) -> None:
-        await self._rebuild()
+        if self.servers.current(upstream):  # not one that was replaced or removed
+            await self._rebuild()
 
     async def state_changed(self, upstream: Upstream) -> None:
         level = logging.WARNING if upstream.state == "failed" else logging.INFO
         reason = f" ({upstream.reason})" if upstream.reason else ""
+        if not self.servers.current(upstream):
+            logger.info("server %r (replaced or removed) is %s%s", upstream.id, upstream.state, reason)
+            return
         if upstream.state == "failed" and is_refusal(upstream.reason):
             upstream.stop()  # it starts a gateway that refuses its chain, and would refuse every retry
             reason += "; not retried"
@@ -258,14 +268,22 @@ class Registry:
         await self._rebuild()
 
     async def _rebuild(self) -> None:
-        listings: list[ServerListing] = [u.listing for u in self.upstreams.values() if u.state in LISTED_STATES]
+        if self.servers.hold_rebuild():
+            return
+        upstreams = self.upstreams
+        listings: list[ServerListing] = [u.listing for u in upstreams.values() if u.state in LISTED_STATES]
         if self.listing_filter is not None:
             listings = self.listing_filter(listings)
         old, new = self.catalog, build_catalog(listings)
+
+        def down(server_id: str) -> bool:  # down for now: a call may wait for it
+            upstream = upstreams.get(server_id)
+            return upstream is not None and upstream.state not in (*LISTED_STATES, "disabled")
+
         self._offline_tools = {
             name: entry
             for name, entry in {**self._offline_tools, **old.tools}.items()
-            if name not in new.tools and self.upstreams[entry.server_id].state not in LISTED_STATES
+            if name not in new.tools and down(entry.server_id)
         }
         for message in new.collisions:
             if message not in old.collisions:
@@ -302,6 +320,15 @@ class Registry:
         close = difflib.get_close_matches(name, list(self.catalog.tools), n=3, cutoff=0.5)
         hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         raise ToolNotFound(f"There is no tool named {name!r}.{hint}")
+
+    def _eta(self, server_id: str) -> float:
+        upstream = self.upstreams.get(server_id)
+        return upstream.eta() if upstream is not None else math.inf
+
+    async def _wait_ready(self, server_id: str, seconds: float) -> None:
+        upstream = self.upstreams.get(server_id)
+        if upstream is not None:
+            await upstream.wait_ready(seconds)
 
     def redact(self, server_id: str, text: str) -> str:
         """`text` with the server's configured secrets masked (an unknown server's: unchanged)."""

@@ -143,6 +143,11 @@ class CircuitBreakers:
             self._sessions[server] = session
             self.get(server).reconnected()
 
+    def forget(self, server: str) -> None:
+        """Drop a removed server's breaker: a server added later under its id starts closed."""
+        self._breakers.pop(server, None)
+        self._sessions.pop(server, None)
+
     async def __call__(self, call: ToolCall, call_next: CallHandler) -> types.CallToolResult:
         breaker = self.get(call.server)
         admission = breaker.admit()

@@ -7,14 +7,16 @@ import contextlib
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import anyio
 
 from gateway.calls.observed import ObservedCalls
-from gateway.cli.common import EXIT_OK, Usage, load
-from gateway.config.loader import GatewayConfig
+from gateway.cli.common import EXIT_OK, Usage, load, settings_from
+from gateway.config.loader import ConfigError, GatewayConfig
 from gateway.config.security import AuthConfig
 from gateway.config.settings import Settings
 from gateway.malloc import fix_mmap_threshold
@@ -27,6 +29,7 @@ from gateway.router.service import RouterService, build_router
 from gateway.security.auth import Authenticator
 from gateway.security.vetting import ToolVetter
 from gateway.serving.http import bind_socket, serve_http
+from gateway.serving.reload import Reloader, watch_config
 from gateway.serving.server import GatewayServer, serve_stdio
 
 logger = logging.getLogger("gateway")
@@ -62,7 +65,8 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
     fix_mmap_threshold()  # a large result must not raise the process's memory for good
     tracing = _start_tracing(settings, registry)
     try:
-        return anyio.run(_serve, registry, settings, args.transport, pm, config, vetter)
+        reread = partial(_reread_settings, args)
+        return anyio.run(_serve, registry, settings, args.transport, pm, config, vetter, reread)
     finally:
         if tracing is not None:
             tracing.shutdown()  # export the spans still buffered
@@ -104,28 +108,54 @@ def check_exposure(host: str, auth: AuthConfig, *, insecure: bool) -> None:
     logger.warning(banner)
 
 
-async def _exit_on_signal(stop: anyio.Event) -> None:
-    """SIGINT or SIGTERM ends serving gracefully: upstreams are closed and stdio children reaped."""
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+def _reread_settings(args: argparse.Namespace) -> Settings:
+    """The settings as `serve` read them at start (a reload compares them to say what needs a restart)."""
+    try:
+        return settings_from(args)
+    except Usage as exc:
+        raise ConfigError(Path(".env"), str(exc)) from None
+
+
+async def _on_signals(stop: anyio.Event, hangup: Callable[[], None]) -> None:
+    """SIGINT or SIGTERM ends serving gracefully: upstreams are closed and stdio children reaped.
+    SIGHUP reloads the config (`gateway.serving.reload`)."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
         async for signum in signals:
+            if signum == signal.SIGHUP:
+                hangup()
+                continue
             logger.info("received %s; shutting down", signal.Signals(signum).name)
             stop.set()
             return
 
 
 async def _serve(
-    registry: Registry, settings: Settings, transport: str, pm: PluginManager, config: GatewayConfig, vetter: ToolVetter
+    registry: Registry,
+    settings: Settings,
+    transport: str,
+    pm: PluginManager,
+    config: GatewayConfig,
+    vetter: ToolVetter,
+    settings_source: Callable[[], Settings],
 ) -> int:
     # Bind first: a busy port is reported before any server is started.
     sock = bind_socket(settings.http.host, settings.http.port) if transport == "http" else None
     stop = anyio.Event()
+    reloaders: list[Reloader] = []
+
+    def hangup() -> None:
+        if not reloaders:
+            logger.warning("received SIGHUP before serving started; not reloading")
+            return
+        logger.info("received SIGHUP; reloading %s", settings.config)
+        registry.task_group.start_soon(reloaders[0].reload, "sighup", name="reload")
 
     def announce(port: int) -> None:
         url = f"http://{settings.http.host}:{port}{settings.http.path}"
         print(f"mcp-gateway: serving on {url}", file=sys.stderr, flush=True)
 
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_exit_on_signal, stop)
+        tg.start_soon(_on_signals, stop, hangup)
         records = _records(settings, registry)
         async with registry.running(), records.running() if records else contextlib.nullcontext():
             signals = records.store if records is not None else None  # the router learns from the records
@@ -136,6 +166,16 @@ async def _serve(
                 registry, settings, router, auth=config.auth, security=config.security, records=records
             )
             gateway.config, gateway.vetter = config, vetter  # for the operator console (`/admin`)
+            plugin_names = [name for name, _ in pm.list_name_plugin()]
+            reloader = Reloader(
+                registry, settings, pm, config, vetter, plugin_names=plugin_names, settings_source=settings_source
+            )
+            gateway.reloader = reloader
+            reloaders.append(reloader)
+            if settings.reload.watch:
+                registry.task_group.start_soon(
+                    watch_config, reloader, settings.reload.debounce_seconds, name="config watch"
+                )
             if sock is None:
                 await serve_stdio(gateway, stop=stop)
             else:

@@ -20,6 +20,7 @@ __all__ = [
     "LearningSettings",
     "PluginSettings",
     "RecordsSettings",
+    "ReloadSettings",
     "ResilienceSettings",
     "RoutingSettings",
     "Settings",
@@ -284,6 +285,27 @@ class TracingSettings(BaseModel):
     )
 
 
+class ReloadSettings(BaseModel):
+    """Live reload of the YAML file while `serve` runs (docs/configuration.md, "Live reload")."""
+
+    watch: bool = Field(
+        default=True,
+        description="Reload when the config file changes (its folder is watched, so a save by rename counts).",
+    )
+    debounce_seconds: float = Field(
+        default=0.5,
+        ge=0.05,
+        le=60,
+        description="A burst of changes to the file within this many seconds is one reload.",
+    )
+    drain_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        le=3600,
+        description="Seconds the calls in flight on a removed or changed server may take before they are cancelled.",
+    )
+
+
 class Settings(BaseSettings):
     """Everything that is not in the YAML file."""
 
@@ -339,6 +361,7 @@ class Settings(BaseSettings):
     resilience: ResilienceSettings = Field(default_factory=ResilienceSettings)
     records: RecordsSettings = Field(default_factory=RecordsSettings)
     tracing: TracingSettings = Field(default_factory=TracingSettings)
+    reload: ReloadSettings = Field(default_factory=ReloadSettings)
 
     @field_validator("database_url")
     @classmethod

@@ -96,6 +96,7 @@ class GatewayMetrics:
         )
         self._call_children: dict[tuple[str, str, str], Counter] = {}
         self._server_children: dict[str, tuple[Gauge, Histogram]] = {}
+        self._error_codes: dict[str, set[str]] = {}
         self._state = _StateCollector()
         r.register(self._state)
 
@@ -133,6 +134,7 @@ class GatewayMetrics:
         counter.inc()
         if code is not None:
             self.errors.labels(server, code).inc()
+            self._error_codes.setdefault(server, set()).add(code)
         self.server_children(server)[1].observe(seconds)
 
     def server_children(self, server: str) -> tuple[Gauge, Histogram]:
@@ -141,6 +143,17 @@ class GatewayMetrics:
         if children is None:
             children = self._server_children[server] = (self.in_flight.labels(server), self.latency.labels(server))
         return children
+
+    def forget_server(self, server: str) -> None:
+        """Drop a removed server's series, so a scrape no longer reports it."""
+        for key in [key for key in self._call_children if key[0] == server]:
+            del self._call_children[key]
+            self.calls.remove(*key)
+        for code in self._error_codes.pop(server, set()):
+            self.errors.remove(server, code)
+        if self._server_children.pop(server, None) is not None:
+            self.in_flight.remove(server)
+            self.latency.remove(server)
 
     def observe_search(self, status: SearchStatus, seconds: float) -> None:
         self.searches.labels(status).inc()

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from gateway.config.loader import GatewayConfig
     from gateway.records.service import Records
     from gateway.security.vetting import ToolVetter
+    from gateway.serving.reload import Reloader
 
 __all__ = ["GatewayServer", "serve_stdio"]
 
@@ -97,6 +98,8 @@ class GatewayServer:
         self.stateless = False
         """True under stateless HTTP (`GATEWAY_HTTP__STATELESS`): every request is its own connection,
         so nothing is kept per session (dynamic lists, call counts, subscriptions)."""
+        self.reloader: Reloader | None = None
+        """Re-reads the config while serving (`gateway.serving.reload`); set by `mcp-gateway serve`."""
         self.auth = auth or AuthConfig()
         self.security = security or SecurityConfig()
         self.config: GatewayConfig | None = None

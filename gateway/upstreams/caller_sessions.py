@@ -185,6 +185,12 @@ class CallerSessions:
         if session is not None:
             session.upstream.stop()
 
+    def retire(self, server_id: str) -> list[Upstream]:
+        """Forget every caller session to one server (restarted, changed, removed or disabled) and
+        return them, still running: the owner drains and stops them. New requests open new ones."""
+        keys = [key for key in self._sessions if key[0] == server_id]
+        return [self._sessions.pop(key).upstream for key in keys]
+
     def _evict_one(self) -> None:
         idle = [(s.last_used, key) for key, s in self._sessions.items() if s.in_flight == 0]
         if idle:

@@ -159,6 +159,12 @@ class Upstream:
         """How many sessions have completed their handshake: a new number is a fresh connection."""
         self.client_extensions: list[ClientExtension] = []
         """SDK client extensions every session to this server gets (the registry's task status binding)."""
+        self.in_flight = 0
+        """Requests started and not finished (waiting for the call cap or a connection included)."""
+        self._quiet = anyio.Event()
+        self._quiet.set()
+        self._requests: set[anyio.CancelScope] = set()
+        self._cancelled_because: str | None = None
 
     @property
     def stderr_tail(self) -> list[str]:
@@ -524,13 +530,42 @@ class Upstream:
         """
         limit = self.call_timeout if timeout is None else timeout
         self.on_demand.begin()  # an on-demand server does not go idle under a waiting request
+        if not self.in_flight:
+            self._quiet = anyio.Event()
+        self.in_flight += 1
         try:
-            if self.state == "idle":
-                self.on_demand.want()
-                await self.wait_ready(self.startup_timeout)
-            return await self._send(operation, send, limit)
+            with anyio.CancelScope() as scope:
+                self._requests.add(scope)
+                if self.state == "idle":
+                    self.on_demand.want()
+                    await self.wait_ready(self.startup_timeout)
+                return await self._send(operation, send, limit)
         finally:
+            self._requests.discard(scope)
             self.on_demand.end()
+            self.in_flight -= 1
+            if not self.in_flight:
+                self._quiet.set()
+        raise UpstreamUnavailable(
+            f"Server {self.id!r} stopped while {operation} ran ({self._cancelled_because}); the request was cancelled.",
+            server=self.id,
+            sent=True,
+        )
+
+    def cancel_requests(self, because: str) -> None:
+        """Cancel every request in flight (each gets `UpstreamUnavailable` saying `because`)."""
+        self._cancelled_because = because
+        for scope in list(self._requests):
+            scope.cancel()
+
+    async def drained(self) -> None:
+        """Wait until no request is in flight (a removed server drains before it stops)."""
+        while self.in_flight:
+            await self._quiet.wait()
+
+    async def disabled_by(self, reason: str) -> None:
+        """Mark a stopped upstream `disabled` with `reason` (an operator's action, not the config's)."""
+        await self._set_state("disabled", reason)
 
     async def _send(self, operation: str, send: Callable[[Client], Awaitable[Any]], limit: float) -> Any:
         async with self.limiter:
