@@ -273,3 +273,64 @@ def test_every_page_renders_for_the_admin(browser: Any, console: Console) -> Non
     screenshot(browser, "audit")
     browser.get(console.admin + "/config")
     screenshot(browser, "config")
+
+
+def overview_row(driver: Any, console: Console, server: str) -> str:
+    driver.get(console.admin)
+    rows = driver.find_elements(By.CSS_SELECTOR, f"tr[data-server={server}]")
+    return rows[0].text if rows else ""
+
+
+async def test_a_server_restarted_from_the_console_gets_a_new_process_while_the_others_keep_serving(
+    browser: Any, console: Console
+) -> None:
+    async with mcp_client(console) as client:
+
+        async def pid_of(tool: str) -> int:
+            with anyio.fail_after(20):
+                result = await client.call_tool(tool, {})
+            assert not result.is_error, result
+            return int(result.content[0].text)  # type: ignore[union-attr]
+
+        before, mem_before = await pid_of("child__pid"), await pid_of("mem__pid")
+        logged_in(browser, console)
+        browser.get(console.admin + "/servers/child")
+        assert browser.find_element(By.ID, "server-pid").text == str(before)
+        screenshot(browser, "server")
+        browser.find_element(By.ID, "restart").click()
+        assert "child: restart done" in wait_for(lambda: text_of(browser, ".flash"), 20, "the restart's answer")
+        assert await pid_of("mem__pid") == mem_before, "the in-memory server kept serving, in the same process"
+        with anyio.fail_after(20):
+            while (after := await pid_of("child__pid")) == before:
+                await anyio.sleep(0.1)
+        assert after != before
+    audit = httpx2.get(console.admin + "/audit", cookies={c["name"]: c["value"] for c in browser.get_cookies()})
+    assert "restart" in audit.text and "child" in audit.text
+
+
+async def test_a_server_added_to_the_yaml_appears_and_a_broken_edit_is_refused_while_the_old_config_serves(
+    browser: Any, console: Console
+) -> None:
+    logged_in(browser, console)
+    good = console.config.read_text()
+    added = good + (
+        f"  extra:\n    description: added while serving\n    command: {sys.executable}\n"
+        f'    args: ["{DEMO_SERVER}", stdio, --name, extra]\n'
+    )
+    try:
+        console.config.write_text(added)
+        wait_for(lambda: "ready" in overview_row(browser, console, "extra"), 30, "the added server, ready")
+        assert "added extra" in text_of(browser, "#reloads")
+
+        console.config.write_text(added.replace("description: added while serving", "timeout: soon"))
+        refusal = wait_for(
+            lambda: browser.get(console.admin) or text_of(browser, "#reloads .refused"), 30, "the refused edit"
+        )
+        assert "gateway.yaml" in refusal and "extra" in refusal and "timeout" in refusal, refusal
+        screenshot(browser, "reload-refused")
+        async with mcp_client(console) as client:
+            with anyio.fail_after(20):
+                result = await client.call_tool("extra__echo", {"text": "still here"})
+        assert not result.is_error and result.content[0].text == "still here"  # type: ignore[union-attr]
+    finally:
+        console.config.write_text(good)

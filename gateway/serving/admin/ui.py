@@ -238,7 +238,8 @@ class _Pages:
 
     async def overview(self, request: Request, principal: Principal) -> Response:
         data = await views.overview(self.gateway)
-        return _render(request, principal, "overview.html", title="Overview", active="", data=data)
+        reloads = _reloads(self.gateway)
+        return _render(request, principal, "overview.html", title="Overview", active="", data=data, reloads=reloads)
 
     async def server(self, request: Request, principal: Principal) -> Response:
         server_id = request.path_params["server_id"]
@@ -464,6 +465,15 @@ class _Pages:
         except views.ViewError as exc:
             rows, error = [], exc.message
         return _render(request, principal, "audit.html", title="Audit", active="/audit", rows=rows, error=error)
+
+
+def _reloads(gateway: GatewayServer, last: int = 5) -> list[dict[str, Any]]:
+    """The latest config reloads, newest first (`Reloader.history`), so an edit refused while serving
+    is seen with its message; none on a gateway without live reload."""
+    reloader = gateway.reloader
+    if reloader is None:
+        return []
+    return [report.as_dict() for report in reversed(list(reloader.history)[-last:])]
 
 
 def _shown(result: types.CallToolResult) -> dict[str, Any]:
