@@ -7,6 +7,7 @@ With `GATEWAY_SCREENSHOTS=docs/img` the tests save the main pages as `docs/img/c
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -334,3 +335,19 @@ async def test_a_server_added_to_the_yaml_appears_and_a_broken_edit_is_refused_w
         assert not result.is_error and result.content[0].text == "still here"  # type: ignore[union-attr]
     finally:
         console.config.write_text(good)
+
+
+def test_without_javascript_the_pages_are_plain_forms_and_links(console: Console) -> None:
+    """A client that runs no script at all (httpx): log in, run a tool from its form, see it in the call log."""
+    with httpx2.Client(base_url=console.base, timeout=10) as http:
+        assert http.post("/admin/login", data={"key": ADMIN_KEY}).status_code == 303
+        page = http.get("/admin/try?tool=mem__echo").text
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page)
+        assert csrf is not None and 'action="/admin/try/mem__echo"' in page
+        ran = http.post("/admin/try/mem__echo", data={"csrf": csrf[1], "arg.text": "no script <here>"})
+        assert ran.status_code == 200 and "no script &lt;here&gt;</pre>" in ran.text
+        execution_id = re.search(r'id="run-execution">([0-9a-f]{32})<', ran.text)
+        assert execution_id is not None
+        calls = http.get("/admin/calls", params={"server": "mem"}).text
+        assert f'href="/admin/calls/{execution_id[1]}"' in calls
+        assert "Live tail needs JavaScript" in calls
