@@ -10,13 +10,14 @@ temporary data dir) and no authentication (the console is open on loopback).
   whole HTTP app (guard, console session check, views, Jinja2) over an in-process ASGI transport; the
   baseline is `GET /healthz` through the same app, measured in the same rounds.
 - tail: the gateway serves HTTP on a free port on 127.0.0.1 with uvicorn, and `--rate` calls a second
-  are made through the SDK's client (in memory, in this process) for `--seconds`: first with no tail
-  open (the baseline), then while a reader in another process follows `GET /admin/calls/stream`
-  (server-sent events) over a real socket. A call's lag is when its event reached the reader minus
-  when the call completed (its start plus its latency, as recorded; one clock, one machine).
+  are made through the SDK's client (in memory, in this process) in blocks of `--seconds`, taking
+  turns `--rounds` times: with no tail open (the baseline), and while a reader in another process
+  follows `GET /admin/calls/stream` (server-sent events) over a real socket. A call's lag is when its
+  event reached the reader minus when the call completed (its start plus its latency, as recorded;
+  one clock, one machine).
 
-    python bench/console_pages.py                       # 100,000 records, 30 reps, 200 calls/s for 10 s
-    python bench/console_pages.py --records 10000 --reps 10 --seconds 5 --json
+    python bench/console_pages.py    # 100,000 records, 30 reps, 3 x 2 blocks of 5 s at 200 calls/s
+    python bench/console_pages.py --records 10000 --reps 10 --seconds 2 --rounds 1 --json
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def fill(records: Records, count: int, hours: float) -> str:
             search_id=None,
             result=bad if tool == "fail" else ok,
         )
-        while records.writer.pending >= records.settings.buffer_size - 1:
+        while records.writer.pending >= 2000:
             time.sleep(0.01)  # the writer's thread catches up: nothing is dropped
         records.submit_execution(record)
     return last
@@ -185,51 +186,64 @@ def _events(path: Path) -> dict[str, float]:
     return lags
 
 
-async def tail_lag(gateway: GatewayServer, settings: Settings, rate: float, seconds: float) -> dict[str, Any]:
-    """Calls at `rate` without a tail open (the baseline), then with a reader following the tail."""
+async def tail_lag(
+    gateway: GatewayServer, settings: Settings, rate: float, seconds: float, rounds: int
+) -> dict[str, Any]:
+    """Blocks of calls at `rate`, taking turns: with no tail open (the baseline), and with a reader
+    process following the tail (started afresh for each block); figures are medians over blocks."""
     sock = bind_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]
     stop, started = anyio.Event(), anyio.Event()
-    out = Path(tempfile.mkdtemp(prefix="console-tail-")) / "events.txt"
-    result: dict[str, Any] = {}
+    folder = Path(tempfile.mkdtemp(prefix="console-tail-"))
+    blocks: dict[str, list[tuple[float, float]]] = {"baseline": [], "with_tail": []}
+    lags: list[float] = []
+    sent_all = received_all = 0
+    tail = console_tail(gateway)
+    dropped_before = tail.dropped
     async with anyio.create_task_group() as tg:
         tg.start_soon(lambda: serve_http(gateway, settings, sock, stop=stop, ready=lambda _: started.set()))
         await started.wait()
         async with Client(gateway.server) as client:
-            _, elapsed, latencies = await load(client, rate, seconds)
-            result["baseline"] = {
-                "achieved_rate": round(int(rate * seconds) / elapsed, 1),
-                "call_p50_ms": round(statistics.median(latencies), 2),
-            }
-            tail = console_tail(gateway)
-            after = tail.recent[-1].seq if tail.recent else 0  # only the calls from now on
-            url = f"http://127.0.0.1:{port}/admin/calls/stream?after={after}"
-            reader = await anyio.open_process([sys.executable, __file__, "--read-tail", url, "--out", str(out)])
-            try:
-                with anyio.fail_after(30):
-                    while not out.exists() or not out.read_text().startswith("open"):
-                        await anyio.sleep(0.05)
-                dropped = console_tail(gateway).dropped
-                sent, elapsed, latencies = await load(client, rate, seconds)
-                with anyio.move_on_after(10):
-                    while not set(_events(out)).issuperset(sent):
-                        await anyio.sleep(0.05)
-            finally:
-                reader.terminate()
-                await reader.wait()
+            for index in range(rounds):
+                _, elapsed, latencies = await load(client, rate, seconds)
+                blocks["baseline"].append((int(rate * seconds) / elapsed, statistics.median(latencies)))
+                out = folder / f"events-{index}.txt"
+                after = tail.recent[-1].seq if tail.recent else 0  # only the calls from now on
+                url = f"http://127.0.0.1:{port}/admin/calls/stream?after={after}"
+                reader = await anyio.open_process([sys.executable, __file__, "--read-tail", url, "--out", str(out)])
+                try:
+                    with anyio.fail_after(30):
+                        while not out.exists() or not out.read_text().startswith("open"):
+                            await anyio.sleep(0.05)
+                    sent, elapsed, latencies = await load(client, rate, seconds)
+                    with anyio.move_on_after(10):
+                        while not set(_events(out)).issuperset(sent):
+                            await anyio.sleep(0.05)
+                finally:
+                    reader.terminate()
+                    await reader.wait()
+                blocks["with_tail"].append((len(sent) / elapsed, statistics.median(latencies)))
+                found = _events(out)
+                lags += [found[e] for e in sent if e in found]
+                sent_all += len(sent)
+                received_all += sum(1 for e in sent if e in found)
         stop.set()
-    lags = _events(out)
-    ordered = sorted(lags[e] for e in sent if e in lags)
-    result["with_tail"] = {
-        "calls": len(sent),
-        "achieved_rate": round(len(sent) / elapsed, 1),
-        "call_p50_ms": round(statistics.median(latencies), 2),
-        "received": len(ordered),
-        "dropped": console_tail(gateway).dropped - dropped,
-        "lag_p50_ms": round(percentile(ordered, 50), 2),
-        "lag_p99_ms": round(percentile(ordered, 99), 2),
-        "lag_max_ms": round(ordered[-1], 2) if ordered else None,
+    ordered = sorted(lags)
+    result: dict[str, Any] = {
+        key: {
+            "achieved_rate": round(statistics.median(rate for rate, _ in values), 1),
+            "call_p50_ms": round(statistics.median(p50 for _, p50 in values), 2),
+        }
+        for key, values in blocks.items()
     }
+    result["with_tail"].update(
+        calls=sent_all,
+        received=received_all,
+        dropped=tail.dropped - dropped_before,
+        lag_p50_ms=round(percentile(ordered, 50), 2),
+        lag_p99_ms=round(percentile(ordered, 99), 2),
+        lag_max_ms=round(ordered[-1], 2) if ordered else None,
+    )
     return result
 
 
@@ -252,12 +266,15 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         gateway = GatewayServer(registry, settings, router, records=records)
         filled = time.perf_counter()
         execution = await anyio.to_thread.run_sync(fill, records, args.records, args.hours)
+        await records.flush()
+        if records.writer.dropped:
+            raise RuntimeError(f"the writer dropped {records.writer.dropped} of the records filled in")
         async with Client(gateway.server) as client:
             await rate_some(records, client, 200)
         await records.flush()
         fill_seconds = time.perf_counter() - filled
         rendered = await pages(gateway, settings, execution, args.reps)
-        tail = await tail_lag(gateway, settings, args.rate, args.seconds)
+        tail = await tail_lag(gateway, settings, args.rate, args.seconds, args.rounds)
         registry.task_group.cancel_scope.cancel()
     return {
         "records": args.records,
@@ -280,9 +297,9 @@ def report(result: dict[str, Any]) -> None:
     for name, figures in result["pages"].items():
         print(f"{name:<20} {figures['median_ms']:>10} {figures['p90_ms']:>8} {figures['ratio_to_baseline']:>11}")
     base, tail = result["tail"]["baseline"], result["tail"]["with_tail"]
-    print(f"calls without a tail open: {base['achieved_rate']}/s, call p50 {base['call_p50_ms']} ms")
+    print(f"calls, no tail open (baseline): {base['achieved_rate']}/s, call p50 {base['call_p50_ms']} ms")
     print(
-        f"calls with the tail open:  {tail['achieved_rate']}/s, call p50 {tail['call_p50_ms']} ms; "
+        f"calls with the tail open:       {tail['achieved_rate']}/s, call p50 {tail['call_p50_ms']} ms; "
         f"{tail['received']} of {tail['calls']} received, {tail['dropped']} dropped; "
         f"lag p50 {tail['lag_p50_ms']} ms, p99 {tail['lag_p99_ms']} ms, max {tail['lag_max_ms']} ms"
     )
@@ -294,7 +311,8 @@ if __name__ == "__main__":
     parser.add_argument("--hours", type=float, default=24.0, help="the span the records are spread over")
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--rate", type=float, default=200.0, help="calls per second for the tail")
-    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--seconds", type=float, default=5.0, help="of one block of calls")
+    parser.add_argument("--rounds", type=int, default=3, help="blocks with and without the tail open, each")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--read-tail", metavar="URL", help=argparse.SUPPRESS)  # the reader process
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)

@@ -351,3 +351,22 @@ def test_without_javascript_the_pages_are_plain_forms_and_links(console: Console
         calls = http.get("/admin/calls", params={"server": "mem"}).text
         assert f'href="/admin/calls/{execution_id[1]}"' in calls
         assert "Live tail needs JavaScript" in calls
+
+
+def test_without_auth_the_console_opens_on_loopback_with_a_session_for_its_forms(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path / "gateway.yaml", f"mcps:\n  child: {{command: {sys.executable}, args: ['{DEMO_SERVER}', stdio]}}\n"
+    )
+    process, url = start_gateway_http(config, tmp_path, NO_EMBEDDINGS)
+    try:
+        with httpx2.Client(base_url=url.removesuffix("/mcp"), timeout=10) as http:
+            page = http.get("/admin/servers/child")
+            assert page.status_code == 200 and "mcp_gateway_admin" in http.cookies
+            csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+            assert csrf is not None, "a session, so that the forms carry a token"
+            restarted = http.post("/admin/servers/child/restart", data={"csrf": csrf[1]}, follow_redirects=True)
+            assert restarted.status_code == 200 and "child: restart done." in restarted.text
+            assert http.post("/admin/servers/child/restart", data={}).status_code == 403
+            assert "local" in http.get("/admin/audit").text
+    finally:
+        stop_process(process)

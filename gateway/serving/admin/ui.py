@@ -15,10 +15,11 @@ from __future__ import annotations
 import json
 import logging
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote
 
 import mcp_types as types
 from markupsafe import Markup
@@ -73,14 +74,17 @@ templates.env.filters["when"] = lambda at: (
 
 Handler = Callable[[Request, Principal], Awaitable[Response]]
 
-_tails: dict[int, CallTail] = {}
+MAX_FLASHES = 1000
+_flashes: dict[str, tuple[str, str]] = {}
+"""One line for a session's next page (`_back`): session id -> (message, kind)."""
+_tails: weakref.WeakKeyDictionary[Any, CallTail] = weakref.WeakKeyDictionary()
 
 
 def console_tail(gateway: GatewayServer) -> CallTail:
     """The live tail of a gateway, attached to its records' recorder on first use."""
-    tail = _tails.get(id(gateway))
+    tail = _tails.get(gateway)
     if tail is None:
-        tail = _tails[id(gateway)] = CallTail()
+        tail = _tails[gateway] = CallTail()
         if gateway.records is not None:
             tail.attach(gateway.records)
     return tail
@@ -94,8 +98,9 @@ def _render(request: Request, principal: Principal | None, name: str, status: in
         except access.AdminRefused:
             csrf = ""  # a bearer-token caller has no browser session: it reads pages, posts through the API
     context.setdefault("title", "Console")
-    context.setdefault("flash", request.query_params.get("flash", ""))
-    context.setdefault("flash_kind", request.query_params.get("kind", "ok"))
+    flash, kind = _flashes.pop(request.cookies.get(access.SESSION_COOKIE) or "", ("", "ok"))
+    context.setdefault("flash", flash)
+    context.setdefault("flash_kind", kind)
     return templates.TemplateResponse(
         request, name, {"principal": principal, "csrf": csrf, **context}, status_code=status
     )
@@ -116,6 +121,12 @@ def _page(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
             principal = access.require_admin(request)
         except access.AdminRefused as refused:
             return _refused(request, refused)
+        if principal is access.LOCAL and not request.cookies.get(access.SESSION_COOKIE):
+            # No authentication (loopback only): the browser gets a session at once, for its CSRF token.
+            _, session_id = await access.login(request, "")
+            response = await handler(request, principal)
+            access.session_cookie(response, session_id, request)
+            return response
         return await handler(request, principal)
 
     return endpoint
@@ -139,10 +150,15 @@ def _action(
     return endpoint
 
 
-def _back(path: str, message: str, kind: str = "ok") -> RedirectResponse:
-    """Post/redirect/get: back to a page, with what happened in one line."""
-    separator = "&" if "?" in path else "?"
-    return RedirectResponse(f"{PREFIX}{path}{separator}{urlencode({'flash': message, 'kind': kind})}", status_code=303)
+def _back(request: Request, path: str, message: str, kind: str = "ok") -> RedirectResponse:
+    """Post/redirect/get: back to a page, which then says what happened in one line. The line is kept
+    for the browser's session, server-side: a link cannot make the console show a text of its own."""
+    session = request.cookies.get(access.SESSION_COOKIE)
+    if session:
+        while len(_flashes) >= MAX_FLASHES:
+            _flashes.pop(next(iter(_flashes)))
+        _flashes[session] = (message, kind)
+    return RedirectResponse(f"{PREFIX}{path}", status_code=303)
 
 
 def _text(form: FormData, name: str) -> str:
@@ -258,18 +274,18 @@ class _Pages:
             elif verb in ("disable", "enable"):
                 await views.set_server_enabled(self.gateway, server_id, verb == "enable", by=principal)
             else:
-                return _back(back, f"Unknown action {verb!r}: restart, disable or enable.", "error")
+                return _back(request, back, f"Unknown action {verb!r}: restart, disable or enable.", "error")
         except views.ViewError as exc:
-            return _back(back, exc.message, "error")
-        return _back(back, f"{server_id}: {verb} done.")
+            return _back(request, back, exc.message, "error")
+        return _back(request, back, f"{server_id}: {verb} done.")
 
     async def reload(self, request: Request, principal: Principal, form: FormData) -> Response:
         try:
             report = await views.reload(self.gateway, by=principal)
         except views.ViewError as exc:
-            return _back("", f"Reload refused: {exc.message}", "error")
+            return _back(request, "", f"Reload refused: {exc.message}", "error")
         parts = [f"{key}: {', '.join(report[key])}" for key in ("added", "removed", "changed") if report.get(key)]
-        return _back("", "Reloaded. " + ("; ".join(parts) if parts else "Nothing changed."))
+        return _back(request, "", "Reloaded. " + ("; ".join(parts) if parts else "Nothing changed."))
 
     # ---- tools ----------------------------------------------------------------------------
 
@@ -310,10 +326,10 @@ class _Pages:
                 await views.set_tool_enabled(self.gateway, name, verb == "enable", by=principal)
                 message = f"{name}: {verb}d."
             else:
-                return _back("/tools", f"Unknown action {verb!r}: approve, disable or enable.", "error")
+                return _back(request, "/tools", f"Unknown action {verb!r}: approve, disable or enable.", "error")
         except views.ViewError as exc:
-            return _back("/tools", exc.message, "error")
-        return _back("/tools", message)
+            return _back(request, "/tools", exc.message, "error")
+        return _back(request, "/tools", message)
 
     # ---- try a tool ------------------------------------------------------------------------
 
@@ -406,9 +422,9 @@ class _Pages:
             )
         except FeedbackError as exc:
             await access.audit(self.gateway, principal, "feedback", execution_id, f"refused: {exc.message}")
-            return _back(f"/calls/{execution_id}", f"Feedback not recorded: {exc.message}", "error")
+            return _back(request, f"/calls/{execution_id}", f"Feedback not recorded: {exc.message}", "error")
         await access.audit(self.gateway, principal, "feedback", execution_id, "ok")
-        return _back(f"/calls/{execution_id}", f"Feedback recorded for {done.tool}. Thank you.")
+        return _back(request, f"/calls/{execution_id}", f"Feedback recorded for {done.tool}. Thank you.")
 
     # ---- calls and the rest --------------------------------------------------------------------
 
