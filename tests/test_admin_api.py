@@ -45,6 +45,7 @@ class Deployment:
     base: str
     api: str
     log: Path
+    config: Path
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +73,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     process, url = start_gateway_http(config, tmp, env, log=log)
     base = url.removesuffix("/mcp")
     try:
-        deployment = Deployment(url, base, base + API_PREFIX, log)
+        deployment = Deployment(url, base, base + API_PREFIX, log, config)
         wait_until_servers_are_ready(deployment)
         yield deployment
     finally:
@@ -295,9 +296,41 @@ def test_no_secret_appears_in_any_api_response(gateway: Deployment) -> None:
         assert secret not in haystack
 
 
-def test_reload_without_live_reload_support_is_501_with_the_reason(gateway: Deployment) -> None:
-    response = post(gateway, "/reload")
-    if response.status_code == 501:  # before the reload support is merged
-        assert "cannot reload its config live" in response.json()["message"]
-    else:
-        assert response.status_code == 200 and response.json()["unchanged"]
+def test_a_reload_through_the_api_applies_the_file_and_refuses_a_broken_one(gateway: Deployment) -> None:
+    reloaded = post(gateway, "/reload")
+    assert reloaded.status_code == 200 and reloaded.json()["ok"]
+    assert {"alpha", "poisoned"} <= set(reloaded.json()["unchanged"]) and not reloaded.json()["changed"]
+    good = gateway.config.read_text()
+    try:
+        gateway.config.write_text(good.replace("tool_changes: block", "tool_changes: sometimes"))
+        refused = post(gateway, "/reload")
+        assert refused.status_code == 422 and refused.json()["error"] == "invalid_config"
+        assert "security.tool_changes" in refused.json()["message"]
+        assert get(gateway, "/servers/alpha").json()["state"] == "ready"  # the running config keeps serving
+    finally:
+        gateway.config.write_text(good)
+    outcomes = [(a["action"], a["outcome"]) for a in get(gateway, "/audit").json()["audit"] if a["action"] == "reload"]
+    assert ("reload", "ok") in outcomes and any(o.startswith("refused: ") for _, o in outcomes)
+
+
+async def test_a_server_restarted_through_the_api_gets_a_new_process_while_the_other_keeps_its_own(
+    gateway: Deployment,
+) -> None:
+    before = {s["server"]: s["pid"] for s in get(gateway, "/servers").json()["servers"]}
+    restarted = post(gateway, "/servers/alpha/restart")
+    assert restarted.status_code == 200, restarted.text
+    wait_until_servers_are_ready(gateway)
+    after = {s["server"]: s["pid"] for s in get(gateway, "/servers").json()["servers"]}
+    assert after["alpha"] != before["alpha"] and after["poisoned"] == before["poisoned"]
+    with anyio.fail_after(60):
+        async with client_for(gateway.url, KEYS["ops"]) as client:
+            assert not (await client.call_tool("alpha__add", {"a": 1, "b": 1})).is_error
+    disabled = post(gateway, "/servers/alpha/disable")
+    assert disabled.status_code == 200
+    try:
+        assert get(gateway, "/servers/alpha").json()["state"] == "disabled"
+        conflict = post(gateway, "/servers/alpha/restart")
+        assert conflict.status_code == 409 and conflict.json()["error"] == "conflict"
+    finally:
+        assert post(gateway, "/servers/alpha/enable").status_code == 200
+    wait_until_servers_are_ready(gateway)

@@ -14,6 +14,7 @@ import pytest
 from mcp import Client
 
 from gateway.cli.main import run
+from gateway.records.migrations import MIGRATIONS
 from gateway.records.postgres import PostgresStore
 from gateway.urls import redact_url
 from tests.records_client import (
@@ -76,10 +77,11 @@ def test_replicas_starting_together_apply_each_migration_once(database_url: str)
         thread.start()
     for thread in threads:
         thread.join(30)
-    assert versions == [2, 2, 2, 2]
+    latest = MIGRATIONS[-1].version
+    assert versions == [latest] * 4
     with stores[0]._using() as cursor:
         cursor.execute("SELECT count(*) FROM schema_version")
-        assert cursor.fetchone()[0] == 2
+        assert cursor.fetchone()[0] == latest
     for store in stores:
         store.close()
 
@@ -144,3 +146,24 @@ async def test_calls_work_when_postgresql_was_never_reachable(tmp_path: Path) ->
         await records_of(gw).flush()
         assert records_of(gw).writer.dropped == 1
     assert result.structured_content == {"result": 2}
+
+
+async def test_the_console_reads_calls_and_writes_its_audit_in_postgresql(tmp_path: Path, database_url: str) -> None:
+    from gateway.records.audit import AuditRow, audit_rows, write_audit
+    from gateway.records.queries import CallFilter, call_detail, call_rows
+
+    async with recorded_gateway(tmp_path, database_url=database_url) as gw, Client(gw.server) as client:
+        ok = await client.call_tool("mem__add", {"a": 2, "b": 3})
+        failed = await client.call_tool("mem__fail", {"message": "no"})
+        await client.call_tool("submit_feedback", {"token": token_of(ok), "score": 5})
+        await gw.records.flush()  # type: ignore[union-attr]
+        store = gw.records.store  # type: ignore[union-attr]
+        listed = await anyio.to_thread.run_sync(call_rows, store, CallFilter(server="mem", status="error"))
+        detail = await anyio.to_thread.run_sync(call_detail, store, token_of(ok))
+        await anyio.to_thread.run_sync(write_audit, store, AuditRow("root", "restart", "mem", "ok", {"why": "test"}))
+        audit = await anyio.to_thread.run_sync(audit_rows, store, 10)
+    assert [row["id"] for row in listed] == [token_of(failed)]
+    assert detail is not None and detail["response_summary"] == "5" and detail["feedback"][0]["score"] == 5
+    assert [(a["principal"], a["action"], a["target"], a["details"]) for a in audit] == [
+        ("root", "restart", "mem", {"why": "test"})
+    ]

@@ -16,6 +16,7 @@ import anyio
 
 from gateway.calls.observed import ObservedCalls
 from gateway.cli.common import EXIT_OK, Usage, load, settings_from
+from gateway.cli.remote import remove_runtime, write_runtime
 from gateway.config.loader import ConfigError, GatewayConfig
 from gateway.config.security import AuthConfig
 from gateway.config.settings import Settings
@@ -152,6 +153,7 @@ async def _serve(
 
     def announce(port: int) -> None:
         url = f"http://{settings.http.host}:{port}{settings.http.path}"
+        write_runtime(settings, f"http://{_url_host(settings.http.host)}:{port}")  # for `servers restart`, `reload`
         print(f"mcp-gateway: serving on {url}", file=sys.stderr, flush=True)
 
     async with anyio.create_task_group() as tg:
@@ -176,12 +178,25 @@ async def _serve(
                 registry.task_group.start_soon(
                     watch_config, reloader, settings.reload.debounce_seconds, name="config watch"
                 )
-            if sock is None:
-                await serve_stdio(gateway, stop=stop)
-            else:
-                await serve_http(gateway, settings, sock, stop=stop, ready=announce)
+            try:
+                if sock is None:
+                    write_runtime(settings, None)  # `mcp-gateway reload` sends a stdio gateway SIGHUP
+                    await serve_stdio(gateway, stop=stop)
+                else:
+                    await serve_http(gateway, settings, sock, stop=stop, ready=announce)
+            finally:
+                remove_runtime(settings)
         tg.cancel_scope.cancel()
     return EXIT_OK
+
+
+def _url_host(host: str) -> str:
+    """Where a command on this machine reaches the gateway bound to `host`."""
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
 
 
 def _records(settings: Settings, registry: Registry) -> Records | None:

@@ -11,6 +11,7 @@ import mcp_types as types
 
 from gateway.cli.check_report import print_table
 from gateway.cli.common import EXIT_FAILED, EXIT_OK, Usage, load, recorded_store, with_registry
+from gateway.cli.remote import RemoteError, add_key_option, admin_call, running_gateway
 from gateway.config.settings import Settings
 from gateway.errors import GatewayError, error_result
 from gateway.plugins import PluginManager
@@ -27,6 +28,7 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     tools.add_argument("name", nargs="?", help="approve: the tool, as prefix__tool or server/tool")
     tools.add_argument("--server", help="only this server's tools")
     tools.add_argument("--json", action="store_true", help="print JSON for scripts")
+    add_key_option(tools)
     tools.set_defaults(run=run_tools)
 
     search = commands.add_parser("search", help="rank the live catalog's tools for a request")
@@ -44,7 +46,7 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 def run_tools(args: argparse.Namespace, settings: Settings) -> int:
     if args.action == "approve":
-        return _approve(settings, args.name)
+        return _approve(settings, args.name, args.key)
     _, registry, _, _ = load(settings, serving=False)
     return anyio.run(_tools, registry, args.server, args.json)
 
@@ -59,8 +61,22 @@ def run_search(args: argparse.Namespace, settings: Settings) -> int:
     return anyio.run(_search, registry, pm, args.query, args.k, args.json)
 
 
-def _approve(settings: Settings, name: str | None) -> int:
-    """`tools approve NAME`: trust a tool's current definition (a change, or a quarantined description)."""
+def _approve(settings: Settings, name: str | None, key: str | None) -> int:
+    """`tools approve NAME`: trust a tool's current definition (a change, or a quarantined description).
+
+    Through the running gateway's admin API when one serves HTTP (it is callable at once, and the
+    approval is audited), else in the data dir's integrity store (a running gateway notices it
+    within seconds)."""
+    runtime = running_gateway(settings)
+    if name and runtime is not None and runtime.url is not None:
+        try:
+            answer = admin_call(runtime, "POST", f"/tools/{name}/approve", key)
+        except RemoteError as exc:
+            print(f"mcp-gateway: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        for approved in answer.get("approved", []):
+            print(f"approved {approved} on the gateway at {runtime.url}")
+        return EXIT_OK
     store = IntegrityStore.in_dir(settings.data_dir)
     if not name:
         pending = ", ".join(t.exposed for t in store.pending()) or "none"
@@ -71,7 +87,7 @@ def _approve(settings: Settings, name: str | None) -> int:
     for stored in found:
         store.approve(stored)
         print(f"approved {stored.exposed} (server {stored.server!r}, tool {stored.tool!r})")
-    print("A running gateway uses it from the server's next tool-list change, or its restart.", file=sys.stderr)
+    print("A running gateway serves it again within seconds.", file=sys.stderr)
     return EXIT_OK
 
 

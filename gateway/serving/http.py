@@ -162,9 +162,10 @@ def transport_security(settings: Settings) -> TransportSecuritySettings:
     return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
 
 
-def build_http_app(gateway: GatewayServer, settings: Settings) -> SecurityMiddleware:
+def build_http_app(gateway: GatewayServer, settings: Settings, *, admin: bool = True) -> SecurityMiddleware:
     """The MCP endpoint plus `POST /route` for host apps, behind `gateway.security.http_guard` (Host/Origin,
-    authentication, rate limits, body size)."""
+    authentication, rate limits, body size). `admin=False` leaves the operator console out (to measure
+    what it costs a call: `bench/admin_overhead.py`)."""
     security = transport_security(settings)
     guard = TransportSecurityMiddleware(security)
     gateway.stateless = settings.http.stateless
@@ -204,8 +205,9 @@ def build_http_app(gateway: GatewayServer, settings: Settings) -> SecurityMiddle
     ]
     if gateway.records is not None:
         routes.append(Route("/feedback", feedback, methods=["POST"]))
-    routes += api_routes()  # the operator console's JSON API (docs/console.md)
-    routes += ui_routes(gateway)  # the console's web pages at /admin (`gateway.serving.admin.ui`)
+    if admin:
+        routes += api_routes()  # the operator console's JSON API (docs/console.md)
+        routes += ui_routes(gateway)  # the console's web pages at /admin (`gateway.serving.admin.ui`)
     public_paths: tuple[str, ...] = PUBLIC_PATHS
     if settings.http.metrics:
         routes.append(Route(METRICS_PATH, metrics, methods=["GET"]))
@@ -229,7 +231,8 @@ def build_http_app(gateway: GatewayServer, settings: Settings) -> SecurityMiddle
     served = _refusing_unknown_modes(app, settings.http.path)
     if tracing_enabled():  # a `traceparent` header continues the caller's trace
         served = TraceContextMiddleware(served)
-    served = with_console(served, gateway)  # /admin requests find the console's sessions and state
+    if admin:
+        served = with_console(served, gateway)  # /admin requests find the console's sessions and state
     return SecurityMiddleware(
         served,  # after the Host check and authentication
         guard=guard,
@@ -238,7 +241,7 @@ def build_http_app(gateway: GatewayServer, settings: Settings) -> SecurityMiddle
         max_body=max_body,
         authenticator=authenticator,
         public_paths=public_paths,
-        session_prefix=ADMIN_PREFIX,  # the console checks its own session cookie
+        session_prefix=ADMIN_PREFIX if admin else None,  # the console checks its own session cookie
     )
 
 

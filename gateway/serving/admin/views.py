@@ -180,6 +180,7 @@ async def overview(gateway: GatewayServer) -> dict[str, Any]:
             "semantic": figures.semantic if figures is not None else False,
             "tools": len(router.router) if router is not None and router.router is not None else 0,
         },
+        "last_reload": gateway.reloader.last.as_dict() if gateway.reloader and gateway.reloader.last else None,
         "window_seconds": WINDOW_SECONDS,
         "servers": await servers(gateway),
     }
@@ -202,22 +203,11 @@ async def server(gateway: GatewayServer, server_id: str) -> dict[str, Any]:
     return row
 
 
-def _require_action(gateway: GatewayServer, name: str) -> Callable[..., Awaitable[Any]]:
-    action = getattr(gateway.registry, name, None)
-    if action is None:
-        raise ViewError(
-            501,
-            "not_implemented",
-            f"This gateway cannot {name.replace('_', ' ')} yet: its registry has no `{name}` (live reload support).",
-        )
-    return action  # type: ignore[no-any-return]
-
-
 async def restart_server(gateway: GatewayServer, server_id: str, *, by: Principal) -> dict[str, Any]:
     """Restart one server's connection (and process); the others keep serving."""
     if server_id not in gateway.registry.upstreams:
         raise _not_found("server", server_id, list(gateway.registry.upstreams))
-    await _audited(gateway, by, "restart", server_id, _require_action(gateway, "restart_server"), server_id)
+    await _audited(gateway, by, "restart", server_id, gateway.registry.restart_server, server_id)
     return {"server": server_id, "restarted": True}
 
 
@@ -225,7 +215,7 @@ async def set_server_enabled(gateway: GatewayServer, server_id: str, enabled: bo
     """Disable (stop, and keep stopped) or enable (start) one server."""
     if server_id not in gateway.registry.upstreams:
         raise _not_found("server", server_id, list(gateway.registry.upstreams))
-    action = _require_action(gateway, "set_server_enabled")
+    action = gateway.registry.set_server_enabled
     await _audited(gateway, by, "enable" if enabled else "disable", server_id, action, server_id, enabled)
     return {"server": server_id, "enabled": enabled}
 
@@ -244,6 +234,9 @@ async def _audited(
     except ViewError as exc:
         await audit_action(gateway, by, action, target, f"refused: {exc.message}")
         raise
+    except ValueError as exc:  # e.g. restarting a disabled server: the message says what to do instead
+        await audit_action(gateway, by, action, target, f"refused: {exc}")
+        raise ViewError(409, "conflict", str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - boundary: the failure is audited, then answered
         await audit_action(gateway, by, action, target, f"failed: {type(exc).__name__}: {exc}")
         raise ViewError(500, "action_failed", f"{action} {target or ''} failed: {exc}") from exc
@@ -421,11 +414,11 @@ async def set_tool_enabled(gateway: GatewayServer, name: str, enabled: bool, *, 
 
 async def reload(gateway: GatewayServer, *, by: Principal) -> dict[str, Any]:
     """Reload the config file now: the per-server diff is applied, an invalid file refused (`ReloadReport`)."""
-    reloader = getattr(gateway, "reloader", None)
+    reloader = gateway.reloader
     if reloader is None:
         await audit_action(gateway, by, "reload", None, "refused: no live reload")
         raise ViewError(501, "not_implemented", "This gateway cannot reload its config live (no reloader is running).")
-    report = await reloader.reload("admin")
+    report = await reloader.reload("api")
     answer: dict[str, Any] = report.as_dict()
     await audit_action(
         gateway, by, "reload", str(gateway.settings.config), "ok" if report.ok else f"refused: {report.error}"
@@ -554,8 +547,8 @@ def effective_config(gateway: GatewayServer) -> dict[str, Any]:
         return text
 
     config: dict[str, Any] | None = None
-    if gateway.config is not None:
-        loaded = gateway.config
+    loaded = gateway.reloader.config if gateway.reloader is not None else gateway.config  # the reloaded one
+    if loaded is not None:
         servers_out = {}
         for server_id, server_config in loaded.servers.items():
             dumped = server_config.model_dump(mode="json")
