@@ -24,14 +24,26 @@ import pytest
 from mcp import Client, StdioServerParameters
 from watchfiles import awatch
 
-from gateway.config.settings import Settings
+from gateway.config.loader import load_config
+from gateway.config.settings import PluginSettings, Settings
 from gateway.errors import GatewayError, UpstreamUnavailable
+from gateway.plugins import get_plugin_manager
 from gateway.registry import OPERATOR_DISABLED, Registry, UnknownServer
-from gateway.server_specs import RegistrationError
-from gateway.serving.reload import ReloadReport, changed_settings
+from gateway.security.integrity import IntegrityStore
+from gateway.security.vetting import ToolVetter
+from gateway.server_specs import RegistrationError, specs_from_config
+from gateway.serving.reload import Reloader, ReloadReport, changed_settings
 from gateway.upstreams.supervision import SpecChanges, diff_specs, same_spec
 from gateway.upstreams.upstream import UpstreamSpec
-from tests.conftest import DEMO_SERVER, NO_EMBEDDINGS, REPO, start_gateway_http, stop_process
+from tests.conftest import (
+    DEMO_SERVER,
+    NO_EMBEDDINGS,
+    REPO,
+    gateway_over_stdio,
+    start_gateway_http,
+    start_script_http,
+    stop_process,
+)
 from tests.servers.demo_server import create_server
 
 pytestmark = pytest.mark.anyio
@@ -174,6 +186,8 @@ async def test_applying_specs_keeps_unchanged_servers_and_replaces_changed_ones(
         async with running([keep, change, drop], tmp_path) as (registry, told):
             kept = registry.upstreams["keep"]
             old_pid = await pid_of(registry, "change")
+            await registry.call_tool("drop__echo", {"text": "x"})
+            assert 'server="drop"' in registry.metrics.exposition().decode()
             told.clear()
             specs = [keep, stdio_demo("change", DEMO_FLAVOUR="new"), memory("new")]
             changes = await registry.apply_specs(specs, drain_seconds=5)
@@ -181,6 +195,7 @@ async def test_applying_specs_keeps_unchanged_servers_and_replaces_changed_ones(
             assert registry.upstreams["keep"] is kept
             assert list(registry.upstreams) == ["keep", "change", "new"]
             assert not [name for name in registry.catalog.tools if name.startswith("drop__")]
+            assert 'server="drop"' not in registry.metrics.exposition().decode()  # its series are gone
             assert told[0] >= {"tools"}  # the removal, at once; the new servers when they are ready
             await until_tool(registry, "new__echo")
             new_pid = await pid_of(registry, "change")
@@ -215,10 +230,129 @@ async def test_a_removed_server_lets_its_calls_finish_within_the_drain_time(tmp_
             assert "b" not in registry.upstreams
 
 
-def test_specs_compare_by_value_tool_filters_included(tmp_path: Path) -> None:
-    from gateway.config.loader import load_config
-    from gateway.server_specs import specs_from_config
+async def test_callers_sessions_of_a_restarted_or_changed_server_are_closed_and_made_again(tmp_path: Path) -> None:
+    recorder, url = start_script_http([str(REPO / "tests" / "servers" / "poisoned_server.py"), "http"])
+    fwd = UpstreamSpec(id="fwd", prefix="fwd", transport="http", target=url, forward_caller_token=True)
 
+    async def seen_authorization(registry: Registry) -> str:
+        result = await registry.call_tool("fwd__seen_headers", {}, caller_token="caller-token-1")
+        return str(json.loads(text(result)).get("authorization"))
+
+    try:
+        with anyio.fail_after(60):
+            async with running([fwd], tmp_path) as (registry, _):
+                assert await seen_authorization(registry) == "Bearer caller-token-1"
+                assert len(registry.caller_sessions) == 1
+                await registry.restart_server("fwd")
+                assert len(registry.caller_sessions) == 0  # closed with the server's session
+                assert await seen_authorization(registry) == "Bearer caller-token-1"
+                assert len(registry.caller_sessions) == 1
+                await registry.apply_specs([dataclasses.replace(fwd, timeout=20)], drain_seconds=5)
+                assert len(registry.caller_sessions) == 0  # the next one is made with the new spec
+                assert await seen_authorization(registry) == "Bearer caller-token-1"
+                [session] = registry.caller_sessions.retire("fwd")
+                assert session.spec.timeout == 20
+                session.stop()
+    finally:
+        stop_process(recorder)
+
+
+# ---- in process: the reloader ---------------------------------------------------------
+
+
+@asynccontextmanager
+async def reloading(
+    tmp_path: Path, body: str, settings_source: Any = None
+) -> AsyncIterator[tuple[Reloader, Registry, Path]]:
+    """A running registry made from a config file of tiny stdio servers, and its reloader."""
+    path = tmp_path / "gateway.yaml"
+    path.write_text(body)
+    settings = Settings(
+        config=path,
+        data_dir=tmp_path / "data",
+        plugins=PluginSettings(entry_points=False, directory=tmp_path / "no-plugins"),
+    )
+    config = load_config(path)
+    pm, _ = get_plugin_manager(settings)
+    registry = Registry(specs_from_config(config), settings, plugins=pm)
+    vetter = ToolVetter(IntegrityStore.in_dir(settings.data_dir), config.security)
+    registry.listing_filter = vetter.vet
+    async with registry.running():
+        await registry.wait_settled(30)
+        yield Reloader(registry, settings, pm, config, vetter, settings_source=settings_source), registry, path
+
+
+async def test_a_reload_reports_what_changed_and_a_broken_file_is_refused_with_its_line(tmp_path: Path) -> None:
+    with anyio.fail_after(60):
+        async with reloading(tmp_path, "mcps:\n" + tiny("one")) as (reloader, registry, path):
+            one = registry.upstreams["one"]
+            assert await reloader.reload_if_changed("watch") is None  # the file is as it was
+            path.write_text("mcps:\n" + tiny("one") + tiny("two"))
+            report = await reloader.reload("api")
+            assert (report.ok, report.trigger, report.error) == (True, "api", None)
+            assert (report.added, report.removed, report.changed, report.unchanged) == (("two",), (), (), ("one",))
+            assert registry.upstreams["one"] is one
+            await until_tool(registry, "two__echo")
+
+            path.write_text("mcps:\n" + tiny("one") + "  two: [\n")
+            refused = await reloader.reload("sighup")
+            assert not refused.ok
+            assert refused.error is not None and refused.error.startswith(f"{path}:")
+            assert list(registry.specs) == ["one", "two"]  # nothing was touched
+            assert text(await registry.call_tool("two__echo", {"text": "still"})) == "still"
+
+            path.write_text("mcps:\n" + tiny("one") + "  two:\n    command: x\n    colour: red\n")
+            refused = await reloader.reload("api")
+            assert refused.error is not None and "mcps.two.colour: unknown key 'colour'" in refused.error
+            assert refused.error.startswith(f"{path}:")
+            assert reloader.history[0] is report
+            assert reloader.last is refused and len(reloader.history) == 3
+            assert json.loads(json.dumps(refused.as_dict()))["ok"] is False
+
+
+async def test_reloads_at_the_same_time_run_one_after_the_other(tmp_path: Path) -> None:
+    with anyio.fail_after(60):
+        async with reloading(tmp_path, "mcps:\n" + tiny("one")) as (reloader, registry, path):
+            path.write_text("mcps:\n" + tiny("one") + tiny("two"))
+            reports: list[ReloadReport] = []
+
+            async def reload(trigger: str) -> None:
+                reports.append(await reloader.reload(trigger))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(reload, "watch")
+                tg.start_soon(reload, "sighup")
+            assert [r.added for r in reports] == [("two",), ()]  # the second saw the first one's result
+            assert reports[1].unchanged == ("one", "two")
+            assert list(registry.upstreams) == ["one", "two"]
+
+
+async def test_what_cannot_change_live_is_reported_as_needing_a_restart(tmp_path: Path) -> None:
+    changed_env: list[Settings] = []
+
+    def settings_source() -> Settings:
+        return changed_env[0] if changed_env else reloader.settings
+
+    with anyio.fail_after(60):
+        async with reloading(tmp_path, "mcps:\n" + tiny("one"), settings_source) as (reloader, registry, path):
+            key_hash = "sha256:" + "0" * 64
+            auth = f"auth:\n  api_keys:\n    - name: ops\n      hash: '{key_hash}'\n"
+            path.write_text("mcps:\n" + tiny("one") + auth)
+            report = await reloader.reload("api")
+            assert report.ok and report.needs_restart == ("auth",)
+
+            # security.injection applies live; its limits do not; a GATEWAY_* setting does not
+            changed_env.append(reloader.settings.model_copy(update={"call_timeout": 5.0}))
+            security = "security:\n  injection: quarantine\n  limits:\n    max_argument_bytes: 2048\n"
+            path.write_text("mcps:\n" + tiny("one") + auth + security)
+            report = await reloader.reload("api")
+            assert report.ok
+            assert report.needs_restart == ("auth", "security.limits", "GATEWAY_CALL_TIMEOUT")
+            assert reloader.vetter is not None and reloader.vetter.config.injection == "quarantine"
+            assert report.unchanged == ("one",)
+
+
+def test_specs_compare_by_value_tool_filters_included(tmp_path: Path) -> None:
     config = tmp_path / "gateway.yaml"
     config.write_text(f"mcps:\n  a:\n    command: {sys.executable}\n    tools:\n      deny: [fail]\n")
     first, second = specs_from_config(load_config(config)), specs_from_config(load_config(config))
@@ -297,8 +431,9 @@ def gateway_process(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str
 
 
 @asynccontextmanager
-async def client_with_changes(url: str) -> AsyncIterator[tuple[Client, Any]]:
-    """A handshake-era client, and a function that waits for a tools/list_changed and re-lists."""
+async def client_with_changes(url: str | Path, tmp_path: Path | None = None) -> AsyncIterator[tuple[Client, Any]]:
+    """A handshake-era client, and a function that waits for a tools/list_changed and re-lists.
+    `url`: the gateway's HTTP URL, or a config file to serve over stdio (in `tmp_path`)."""
     changed = anyio.Event()
 
     async def on_message(message: Any) -> None:
@@ -316,6 +451,12 @@ async def client_with_changes(url: str) -> AsyncIterator[tuple[Client, Any]]:
             await changed.wait()
             changed = anyio.Event()
 
+    if isinstance(url, Path):
+        assert tmp_path is not None
+        env = NO_EMBEDDINGS | ALL_TOOLS | {"GATEWAY_RELOAD__DEBOUNCE_SECONDS": "0.1"}
+        async with gateway_over_stdio(url, tmp_path, env, mode="legacy", message_handler=on_message) as client:
+            yield client, until
+        return
     async with Client(url, mode="legacy", message_handler=on_message) as client:
         yield client, until
 
@@ -394,3 +535,15 @@ async def test_sighup_reloads_the_config(tmp_path: Path) -> None:
                 assert process.poll() is None  # SIGHUP reloads; it does not stop the gateway
     finally:
         stop_process(process)
+
+
+async def test_over_stdio_an_edit_of_the_yaml_is_reloaded_too(tmp_path: Path) -> None:
+    config = tmp_path / "gateway.yaml"
+    config.write_text("mcps:\n" + tiny("one"))
+    with anyio.fail_after(60):
+        async with client_with_changes(config, tmp_path) as (client, until):
+            await until(lambda names: "one__echo" in names)
+            save(config, "mcps:\n" + tiny("two"))
+            names = await until(lambda names: "two__echo" in names and "one__echo" not in names)
+            assert "two__echo" in names
+            assert await call_text(client, "two__echo", {"text": "over stdio"}) == "over stdio"

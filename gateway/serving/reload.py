@@ -140,8 +140,12 @@ class Reloader:
         except Exception as exc:  # noqa: BLE001 - boundary: a plugin's own failure must not stop serving
             logger.exception("config reload (%s): reading the new config failed", trigger)
             return self._refused(trigger, at, f"{type(exc).__name__}: {exc}")
-        changes = await self.registry.apply_specs(plan.specs, drain_seconds=self.settings.reload.drain_seconds)
-        await self._apply_security(plan.config)
+        try:
+            changes = await self.registry.apply_specs(plan.specs, drain_seconds=self.settings.reload.drain_seconds)
+            await self._apply_security(plan.config)
+        except Exception as exc:  # noqa: BLE001 - boundary: a trigger's task must not take the gateway down
+            logger.exception("config reload (%s): applying the new config failed", trigger)
+            return ReloadReport(False, trigger, at, f"applying the new config failed: {type(exc).__name__}: {exc}")
         self.config = plan.config
         report = ReloadReport(
             ok=True,
@@ -256,5 +260,8 @@ async def watch_config(reloader: Reloader, debounce_seconds: float) -> None:
 
     logger.info("watching %s for changes (GATEWAY_RELOAD__WATCH)", path)
     debounce = max(1, int(debounce_seconds * 1000))
-    async for _ in awatch(path.parent, watch_filter=is_config, debounce=debounce, recursive=False):
-        await reloader.reload_if_changed("watch")
+    try:
+        async for _ in awatch(path.parent, watch_filter=is_config, debounce=debounce, recursive=False):
+            await reloader.reload_if_changed("watch")
+    except Exception:  # noqa: BLE001 - boundary: serving goes on without the watch (SIGHUP still reloads)
+        logger.exception("the watch of %s stopped; send SIGHUP to reload", path)

@@ -161,8 +161,8 @@ class Upstream:
         """SDK client extensions every session to this server gets (the registry's task status binding)."""
         self.in_flight = 0
         """Requests started and not finished (waiting for the call cap or a connection included)."""
-        self._quiet = anyio.Event()
-        self._quiet.set()
+        self._quiet: anyio.Event | None = None
+        """Set when the last request in flight ends, for `drained` (made only while one waits)."""
         self._requests: set[anyio.CancelScope] = set()
         self._cancelled_because: str | None = None
 
@@ -530,8 +530,6 @@ class Upstream:
         """
         limit = self.call_timeout if timeout is None else timeout
         self.on_demand.begin()  # an on-demand server does not go idle under a waiting request
-        if not self.in_flight:
-            self._quiet = anyio.Event()
         self.in_flight += 1
         try:
             with anyio.CancelScope() as scope:
@@ -544,8 +542,9 @@ class Upstream:
             self._requests.discard(scope)
             self.on_demand.end()
             self.in_flight -= 1
-            if not self.in_flight:
+            if not self.in_flight and self._quiet is not None:
                 self._quiet.set()
+                self._quiet = None
         raise UpstreamUnavailable(
             f"Server {self.id!r} stopped while {operation} ran ({self._cancelled_because}); the request was cancelled.",
             server=self.id,
@@ -561,6 +560,8 @@ class Upstream:
     async def drained(self) -> None:
         """Wait until no request is in flight (a removed server drains before it stops)."""
         while self.in_flight:
+            if self._quiet is None:
+                self._quiet = anyio.Event()
             await self._quiet.wait()
 
     async def disabled_by(self, reason: str) -> None:
