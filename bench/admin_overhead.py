@@ -51,7 +51,8 @@ from gateway.serving.server import GatewayServer  # noqa: E402
 from gateway.upstreams.upstream import UpstreamSpec  # noqa: E402
 from tests.servers.demo_server import create_server  # noqa: E402
 
-logging.getLogger("gateway").setLevel(logging.WARNING)
+for noisy in ("gateway", "httpx", "httpx2", "mcp"):
+    logging.getLogger(noisy).setLevel(logging.WARNING)
 BLOCK = 50
 
 

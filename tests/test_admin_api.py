@@ -8,6 +8,7 @@ called), under `security.tool_changes: block`. Callers hold API keys: `root` (ad
 
 from __future__ import annotations
 
+import json
 import secrets
 import sys
 import time
@@ -334,3 +335,45 @@ async def test_a_server_restarted_through_the_api_gets_a_new_process_while_the_o
     finally:
         assert post(gateway, "/servers/alpha/enable").status_code == 200
     wait_until_servers_are_ready(gateway)
+
+
+# ---- in process: the masking of the effective config ------------------------------------------
+
+
+def test_the_effective_config_masks_every_kind_of_secret(tmp_path: Path) -> None:
+    from gateway.config.loader import parse_config
+    from gateway.config.settings import Settings
+    from gateway.registry import Registry
+    from gateway.server_specs import specs_from_config
+    from gateway.serving.admin import views
+    from gateway.serving.server import GatewayServer
+
+    db_password, url_token, header_token = (secrets.token_hex(8) for _ in range(3))
+    config = parse_config(
+        f"""
+        mcps:
+          web:
+            url: "https://api.example.com/mcp?token=${{URL_TOKEN}}"
+            headers: {{Authorization: "Bearer {header_token}"}}
+          child:
+            command: {sys.executable}
+            args: ["-c", "pass", "--token=${{URL_TOKEN}}"]
+            env: {{PLAIN: visible-or-not}}
+        auth:
+          api_keys: [{{name: root, hash: "{hash_key(KEYS["root"])}", admin: true}}]
+        """,
+        tmp_path / "gw.yaml",
+        {"URL_TOKEN": url_token},
+    )
+    settings = Settings(data_dir=tmp_path, database_url=f"postgresql://gw:{db_password}@127.0.0.1:5432/records")
+    gateway = GatewayServer(Registry(specs_from_config(config), settings), settings, auth=config.auth)
+    gateway.config = config
+    shown = views.effective_config(gateway)
+    text = json.dumps(shown)
+    assert shown["settings"]["database_url"] == "postgresql://gw:***@127.0.0.1:5432/records"
+    assert shown["config"]["servers"]["web"]["headers"] == {"Authorization": "***"}
+    assert shown["config"]["servers"]["child"]["env"] == {"PLAIN": "***"}
+    assert shown["config"]["servers"]["web"]["url"] == "https://api.example.com/mcp?token=***"
+    assert shown["config"]["servers"]["child"]["args"] == ["-c", "pass", "--token=***"]
+    for secret in (db_password, url_token, header_token, hash_key(KEYS["root"])):
+        assert secret not in text

@@ -113,6 +113,28 @@ async def test_a_jwt_without_a_known_profile_is_forbidden(jwks: tuple[Any, Path]
     assert principal.profile is not None
 
 
+async def test_a_key_or_a_jwt_is_an_admin_only_when_configured_so(jwks: tuple[Any, Path]) -> None:
+    keys = {name: new_key() for name in ("root", "agent")}
+    config = AuthConfig.model_validate(
+        {
+            "api_keys": [
+                {"name": "root", "hash": hash_key(keys["root"]), "admin": True},
+                {"name": "agent", "hash": hash_key(keys["agent"])},
+            ]
+        }
+    )
+    auth = Authenticator(config)
+    assert (await auth.authenticate(keys["root"])).admin and not (await auth.authenticate(keys["agent"])).admin
+    private, path = jwks
+    by_claim = jwt_auth(path, default_profile="ro")
+    assert (await by_claim.authenticate(token(private, gateway_admin=True))).admin
+    for not_admin in ("true", 1, None, False):
+        assert not (await by_claim.authenticate(token(private, gateway_admin=not_admin))).admin
+    renamed = jwt_auth(path, default_profile="ro", admin_claim="ops")
+    assert (await renamed.authenticate(token(private, ops=True))).admin
+    assert not (await renamed.authenticate(token(private, gateway_admin=True))).admin
+
+
 async def test_a_jwt_is_verified_against_a_jwks_url(jwks: tuple[Any, Path]) -> None:
     private, path = jwks
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(path.parent))

@@ -208,3 +208,40 @@ def test_servers_restart_disable_enable_and_reload_act_on_the_running_gateway(
     assert run(["reload", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] and {"alpha", "poisoned"} <= set(report["unchanged"])
+
+
+def test_reload_sends_a_stdio_gateway_sighup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path / "gateway.yaml", "mcps: {}\n")
+    log = tmp_path / "gateway.log"
+    env = gateway_env(tmp_path) | NO_EMBEDDINGS | {"GATEWAY_LOG_LEVEL": "INFO"}
+    with open(log, "w") as sink:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "--config", str(config), "serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=sink,
+            env=env,
+            cwd=REPO,
+        )
+    monkeypatch.setenv("GATEWAY_DATA_DIR", str(tmp_path / "data"))
+    runtime = tmp_path / "data" / RUNTIME_FILE
+    try:
+        deadline = time.monotonic() + 60
+        while not runtime.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert json.loads(runtime.read_text()) == {"pid": child.pid, "url": None}
+        assert run(["reload"]) == 0
+        assert f"sent SIGHUP to the stdio gateway (pid {child.pid})" in capsys.readouterr().err
+        while "received SIGHUP" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "received SIGHUP" in log.read_text() and child.poll() is None  # reloaded, still serving
+        assert child.stdin is not None
+        child.stdin.close()  # the end of stdin ends a stdio gateway
+        child.wait(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=10)
+    assert not runtime.exists()

@@ -100,7 +100,8 @@ MIGRATIONS: tuple[Migration, ...] = (
         CREATE INDEX executions_by_server_time ON executions (server, at);
         CREATE INDEX executions_by_tool_time ON executions (tool, at);
         CREATE INDEX executions_by_status_time ON executions (status, at);
-        CREATE INDEX feedback_by_execution ON feedback (execution_id)
+        CREATE INDEX feedback_by_execution ON feedback (execution_id);
+        CREATE INDEX executions_window ON executions (at, server, status, latency_ms)
         """,
     ),
 )

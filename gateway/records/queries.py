@@ -1,9 +1,11 @@
 """Reads of the call log for the operator console and `mcp-gateway calls`: indexed, newest first.
 
-Every query here is bounded (a `LIMIT`, or a recent time window) and served by an index
-from migration 3 (`executions (server, at)`, `(tool, at)`, `(status, at)`, `feedback
-(execution_id)`) or the time index of migration 1, so it stays fast with 100,000 records
-(`bench/admin_overhead.py`). Statuses as an operator asks for them (`CALL_STATUSES`):
+Every query here is bounded (a `LIMIT`, or a recent time window) and served by an index from
+migration 3 (`executions (server, at)`, `(tool, at)`, `(status, at)`, the overview's covering
+`(at, server, status, latency_ms)`, `feedback (execution_id)`) or the time index of migration 1,
+so it stays fast with 100,000 records (`bench/admin_overhead.py`).
+
+Statuses as an operator asks for them (`CALL_STATUSES`):
 `ok` (the server answered with a result), `error` (it was sent and failed, or the server
 answered with an error result), `timeout`, and `refused` (an admission layer refused it
 before it reached a server: recorded with no attempt).
@@ -21,19 +23,19 @@ __all__ = [
     "CALL_STATUSES",
     "MAX_CALLS",
     "CallFilter",
-    "WindowRow",
+    "ServerWindow",
     "call_detail",
     "call_rows",
     "feedback_rows",
     "status_of",
-    "window_rows",
+    "window",
 ]
 
 CALL_STATUSES = ("ok", "error", "timeout", "refused")
 MAX_CALLS = 1000
 """The most calls one listing returns (`limit`)."""
-MAX_WINDOW_ROWS = 50_000
-"""The most recent calls the overview reads for its figures (a busier window is summarized by these)."""
+MAX_LATENCY_ROWS = 20_000
+"""The most recent calls whose latencies the overview reads for its p50s (its counts are exact)."""
 
 _LIST_COLUMNS = (
     "id, at, server, tool, status, error_code, latency_ms, attempts, client_id, session_id, trace_id, "
@@ -145,22 +147,38 @@ def feedback_rows(store: RecordStore, limit: int) -> list[dict[str, Any]]:
     return _dicts(names, rows)
 
 
-@dataclass(frozen=True, slots=True)
-class WindowRow:
-    server: str
-    at: float
-    latency_ms: float
-    status: str
-    """As `status_of` names it."""
+@dataclass
+class ServerWindow:
+    """One server's calls over a recent window: `calls` and `errors` exact; the per-minute series (oldest
+    first) of calls and latencies from the latest `MAX_LATENCY_ROWS` calls of the window (all of them
+    unless the window holds more)."""
+
+    calls: int
+    errors: int
+    per_minute: list[int]
+    latencies: list[list[float]]
 
 
-def window_rows(store: RecordStore, since: float) -> list[WindowRow]:
-    """The calls since `since` (at most the latest `MAX_WINDOW_ROWS`), for the overview's figures."""
-    _, rows = store.read(
-        f"SELECT server, at, latency_ms, status, attempts FROM executions WHERE at >= ? "
-        f"ORDER BY at DESC LIMIT {MAX_WINDOW_ROWS}",
-        (since,),
+def window(store: RecordStore, first_minute: float, minutes: int) -> dict[str, ServerWindow]:
+    """Per server, the calls of the `minutes` minutes from `first_minute` (Unix seconds, a minute's start):
+    one aggregate query for the exact counts, one bounded read of the latest calls for the series."""
+    _, rows = store.read(  # the window first (the covering time index), then grouped: not a scan of every call
+        "SELECT server, COUNT(*), SUM(CASE WHEN status <> 'success' THEN 1 ELSE 0 END) FROM "
+        "(SELECT server, status FROM executions WHERE at >= ? ORDER BY at) recent GROUP BY server",
+        (first_minute,),
     )
-    return [
-        WindowRow(server, at, latency, status_of(status, attempts)) for server, at, latency, status, attempts in rows
-    ]
+    found = {
+        server: ServerWindow(int(calls), int(errors or 0), [0] * minutes, [[] for _ in range(minutes)])
+        for server, calls, errors in rows
+    }
+    _, recent = store.read(
+        f"SELECT server, at, latency_ms FROM executions WHERE at >= ? ORDER BY at DESC LIMIT {MAX_LATENCY_ROWS}",
+        (first_minute,),
+    )
+    for server, at, latency in recent:
+        index = int((at - first_minute) // 60)
+        entry = found.get(server)
+        if entry is not None and 0 <= index < minutes:
+            entry.per_minute[index] += 1
+            entry.latencies[index].append(latency)
+    return found

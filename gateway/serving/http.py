@@ -1,5 +1,6 @@
 """The streamable-HTTP transport: the MCP endpoint, `POST /route`, `POST /feedback`, `GET /healthz`,
-`/readyz` and `/metrics`, the listening socket and uvicorn.
+`/readyz` and `/metrics`, the operator console under `/admin` (`gateway.serving.admin`), the listening
+socket and uvicorn.
 
 Host and Origin headers are checked on every route against DNS rebinding: loopback
 names always pass, others only when listed in `GATEWAY_HTTP__ALLOWED_HOSTS` /

@@ -14,7 +14,6 @@ import difflib
 import json
 import statistics
 import time
-from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -23,7 +22,7 @@ import anyio
 
 from gateway.config.servers import MASK
 from gateway.records.audit import audit_rows
-from gateway.records.queries import CallFilter, WindowRow, call_detail, call_rows, feedback_rows, window_rows
+from gateway.records.queries import CallFilter, ServerWindow, call_detail, call_rows, feedback_rows, window
 from gateway.records.store import RecordsError
 from gateway.router.explain import explain
 from gateway.security.auth import Principal
@@ -58,10 +57,10 @@ __all__ = [
     "tools",
 ]
 
-WINDOW_SECONDS = 15 * 60
-"""The recent window of the overview's calls/min, error rate and p50."""
 SERIES_MINUTES = 15
-"""Points of the per-minute sparkline series (the window, a minute each)."""
+"""The overview's recent window, in whole minutes (the current one included): its calls/min, error rate
+and p50, and the points of the per-minute sparkline series."""
+WINDOW_SECONDS = SERIES_MINUTES * 60
 TOOL_STATES = ("enabled", "disabled", "withheld")
 _SECRET_NAME = ("key", "token", "secret", "passw", "auth", "cookie", "credential")
 _NOT_SECRET = ("redact_keys",)
@@ -106,41 +105,35 @@ async def _read(gateway: GatewayServer, read: Callable[[RecordStore], Any], *, f
 # ---- servers ---------------------------------------------------------------------------
 
 
-def _figures(rows: Sequence[WindowRow], now: float) -> dict[str, Any]:
+def _figures(found: ServerWindow | None) -> dict[str, Any]:
     """calls/min, error rate and p50 over the window, and per-minute series of calls and p50 (oldest first)."""
-    latencies = sorted(r.latency_ms for r in rows)
-    errors = sum(1 for r in rows if r.status not in ("ok",))
-    first_minute = int(now // 60) - SERIES_MINUTES + 1
-    buckets: list[list[float]] = [[] for _ in range(SERIES_MINUTES)]
-    for r in rows:
-        index = int(r.at // 60) - first_minute
-        if 0 <= index < SERIES_MINUTES:
-            buckets[index].append(r.latency_ms)
+    if found is None:
+        found = ServerWindow(0, 0, [0] * SERIES_MINUTES, [[] for _ in range(SERIES_MINUTES)])
+    calls, errors = found.calls, found.errors
+    latencies = [value for minute in found.latencies for value in minute]
     return {
-        "calls": len(rows),
-        "calls_per_minute": round(len(rows) / (WINDOW_SECONDS / 60), 2),
-        "error_rate": round(errors / len(rows), 4) if rows else None,
+        "calls": calls,
+        "calls_per_minute": round(calls / SERIES_MINUTES, 2),
+        "error_rate": round(errors / calls, 4) if calls else None,
         "p50_ms": round(statistics.median(latencies), 2) if latencies else None,
         "series": {
-            "calls": [len(b) for b in buckets],
-            "p50_ms": [round(statistics.median(b), 2) if b else None for b in buckets],
+            "calls": found.per_minute,
+            "p50_ms": [round(statistics.median(b), 2) if b else None for b in found.latencies],
         },
     }
 
 
-async def _window(gateway: GatewayServer, now: float) -> dict[str, list[WindowRow]] | None:
+async def _window(gateway: GatewayServer, now: float) -> dict[str, ServerWindow] | None:
     if gateway.records is None:
         return None
-    rows: list[WindowRow] = await _read(gateway, lambda store: window_rows(store, now - WINDOW_SECONDS), flush=True)
-    by_server: dict[str, list[WindowRow]] = defaultdict(list)
-    for row in rows:
-        by_server[row.server].append(row)
-    return by_server
+    first_minute = (now // 60 - SERIES_MINUTES + 1) * 60
+    found: dict[str, ServerWindow] = await _read(
+        gateway, lambda store: window(store, first_minute, SERIES_MINUTES), flush=True
+    )
+    return found
 
 
-def _server_row(
-    gateway: GatewayServer, server_id: str, window: dict[str, list[WindowRow]] | None, now: float
-) -> dict[str, Any]:
+def _server_row(gateway: GatewayServer, server_id: str, windows: dict[str, ServerWindow] | None) -> dict[str, Any]:
     upstream = gateway.registry.upstreams[server_id]
     row = gateway.registry.server_health(upstream)
     row.update(
@@ -151,15 +144,15 @@ def _server_row(
         enabled=upstream.spec.enabled,
         pid=upstream.pid,
     )
-    row["figures"] = _figures(window.get(server_id, []), now) if window is not None else None
+    row["figures"] = _figures(windows.get(server_id)) if windows is not None else None
     return row
 
 
 async def servers(gateway: GatewayServer) -> list[dict[str, Any]]:
     """Every server: state, reason, breaker, tools, calls in flight, and its recent figures (None without records)."""
     now = time.time()
-    window = await _window(gateway, now)
-    return [_server_row(gateway, server_id, window, now) for server_id in list(gateway.registry.upstreams)]
+    windows = await _window(gateway, now)
+    return [_server_row(gateway, server_id, windows) for server_id in list(gateway.registry.upstreams)]
 
 
 async def overview(gateway: GatewayServer) -> dict[str, Any]:
@@ -192,8 +185,8 @@ async def server(gateway: GatewayServer, server_id: str) -> dict[str, Any]:
     if server_id not in upstreams:
         raise _not_found("server", server_id, list(upstreams))
     now = time.time()
-    window = await _window(gateway, now)
-    row = _server_row(gateway, server_id, window, now)
+    windows = await _window(gateway, now)
+    row = _server_row(gateway, server_id, windows)
     row["stderr"] = gateway.registry.server_health(upstreams[server_id], stderr=True).get("stderr", [])
     row["tools_list"] = await tools(gateway, server=server_id)
     recent = None
