@@ -515,7 +515,7 @@ async def test_editing_the_yaml_reloads_it_and_calls_in_flight_survive(
             auth = f"auth:\n  api_keys:\n    - name: ops\n      hash: '{key_hash}'\n"
             save(config, "mcps:\n" + demo("b") + tiny("c") + auth)
             warned = await log.wait_for("applies only after a restart", offset)
-            assert "auth" in warned
+            assert "changed, but applies only after a restart: auth\n" in warned  # and nothing else
             assert await call_text(client, "b__echo", {"text": "no key needed yet"}) == "no key needed yet"
 
 
