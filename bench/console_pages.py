@@ -110,6 +110,7 @@ async def rate_some(records: Records, client: Client, count: int) -> None:
     for index in range(count):
         result = await client.call_tool("mem0__echo", {"text": f"rated {index}"})
         token = (result.meta or {})[FEEDBACK_TOKEN_META_KEY]
+        await records.flush()  # the call's record written before it is rated (not what is measured here)
         feedback = parse_feedback({"token": token, "rating": "up", "score": 4, "comment": "fine"})
         await submit_feedback(records, feedback, may_see=lambda _: True, client_id="bench")
 
