@@ -9,7 +9,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from gateway.serving.admin.tail import CallTail, TailFilter
+from gateway.serving.admin.tail import CallTail, TailFilter, event_stream
 from tests.records_client import recorded_gateway, token_of
 
 pytestmark = pytest.mark.anyio
@@ -59,3 +59,18 @@ def test_the_tail_filter_matches_server_tool_part_and_status_as_the_call_log_doe
     assert TailFilter(tool="__to").matches(b)
     assert TailFilter(status="error").matches(b), "a timeout is an error, as in the call log"
     assert not TailFilter(status="ok").matches(b) and TailFilter().matches(b)
+
+
+async def test_closing_the_tail_ends_every_open_stream_and_any_opened_later() -> None:
+    """What `serve` does as it stops: an open Calls page must not hold up uvicorn's shutdown."""
+    tail = CallTail()
+    publish(tail, 2)
+    stream = event_stream(tail, TailFilter(), 0, anyio.current_time)
+    assert await anext(stream) == "retry: 1000\n\n"
+    backlog = await anext(stream)
+    assert backlog.count("data: ") == 2 and backlog.startswith("id: 1\n")
+    tail.close()
+    with anyio.fail_after(5):
+        assert [chunk async for chunk in stream] == []
+    with tail.subscribe() as later, pytest.raises(anyio.EndOfStream):
+        await later.receive()

@@ -39,7 +39,7 @@ from gateway.security.http_guard import PUBLIC_PATHS, SecurityMiddleware, princi
 from gateway.security.scopes import visible
 from gateway.serving.admin.access import ADMIN_PREFIX, with_console
 from gateway.serving.admin.api import api_routes
-from gateway.serving.admin.ui import ui_routes
+from gateway.serving.admin.ui import close_console, ui_routes
 from gateway.serving.exposure import NO_TOOL_FITS, openai_function, tool_payload, unknown_mode
 from gateway.serving.server import GatewayServer
 
@@ -298,4 +298,5 @@ async def serve_http(
         if ready is not None:
             ready(port)
         await stop.wait()
+        close_console(gateway)  # open live tails end, so uvicorn's graceful shutdown does not wait for them
         server.should_exit = True

@@ -29,7 +29,7 @@ from gateway.records.model import PendingExecution
 from gateway.records.rows import outcome
 from gateway.records.service import Records
 
-__all__ = ["HISTORY", "SUBSCRIBER_BUFFER", "CallTail", "TailEvent", "TailFilter", "tail_endpoint"]
+__all__ = ["HISTORY", "SUBSCRIBER_BUFFER", "CallTail", "TailEvent", "TailFilter", "event_stream", "tail_endpoint"]
 
 HISTORY = 500
 """Events kept for a page that opens or reconnects."""
@@ -91,6 +91,8 @@ class CallTail:
         """Events lost by slow subscribers, all told."""
         self._seq = 0
         self._subscribers: dict[MemoryObjectSendStream[TailEvent], None] = {}
+        self.closed = False
+        """Set when the gateway stops serving HTTP: every stream ends, so no open page holds up shutdown."""
 
     @property
     def subscribers(self) -> int:
@@ -145,6 +147,13 @@ class CallTail:
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 self._subscribers.pop(stream, None)
 
+    def close(self) -> None:
+        """End every open stream now, and any opened later (the gateway is stopping)."""
+        self.closed = True
+        for stream in list(self._subscribers):
+            stream.close()
+        self._subscribers.clear()
+
     def since(self, seq: int) -> list[TailEvent]:
         """The kept events after `seq` (all of them for 0)."""
         return [event for event in self.recent if event.seq > seq]
@@ -153,7 +162,10 @@ class CallTail:
     def subscribe(self) -> Iterator[MemoryObjectReceiveStream[TailEvent]]:
         """A stream of the calls published from now on, until the block ends."""
         send, receive = anyio.create_memory_object_stream[TailEvent](self.buffer)
-        self._subscribers[send] = None
+        if self.closed:
+            send.close()
+        else:
+            self._subscribers[send] = None
         try:
             yield receive
         finally:
@@ -182,7 +194,12 @@ def _waiting(receive: MemoryObjectReceiveStream[TailEvent], first: TailEvent) ->
     return events
 
 
-async def _events(tail: CallTail, wanted: TailFilter, after: int, clock: Callable[[], float]) -> AsyncIterator[str]:
+async def event_stream(
+    tail: CallTail, wanted: TailFilter, after: int, clock: Callable[[], float]
+) -> AsyncIterator[str]:
+    """The tail as server-sent events: the kept calls after `after`, then each new one that `wanted`
+    matches (a burst in one chunk), a keep-alive comment when idle; ends after `STREAM_SECONDS` or
+    when the tail is closed."""
     yield "retry: 1000\n\n"
     with tail.subscribe() as receive:
         lost = tail.dropped
@@ -194,7 +211,10 @@ async def _events(tail: CallTail, wanted: TailFilter, after: int, clock: Callabl
         ends = clock() + STREAM_SECONDS
         while clock() < ends:
             with anyio.move_on_after(KEEPALIVE_SECONDS) as waited:
-                first = await receive.receive()
+                try:
+                    first = await receive.receive()
+                except anyio.EndOfStream:  # the tail was closed: the gateway is stopping
+                    return
             if waited.cancelled_caught:
                 yield ": keepalive\n\n"
                 continue
@@ -215,7 +235,7 @@ async def tail_endpoint(tail: CallTail, request: Request) -> StreamingResponse:
     wanted = TailFilter(query.get("server", ""), query.get("tool", ""), query.get("status", ""))
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
     return StreamingResponse(
-        _events(tail, wanted, _last_event_id(request), anyio.current_time),
+        event_stream(tail, wanted, _last_event_id(request), anyio.current_time),
         media_type="text/event-stream",
         headers=headers,
     )

@@ -43,7 +43,7 @@ from gateway.serving.admin.tail import CallTail, tail_endpoint
 if TYPE_CHECKING:
     from gateway.serving.server import GatewayServer
 
-__all__ = ["PREFIX", "console_tail", "ui_routes"]
+__all__ = ["PREFIX", "close_console", "console_tail", "ui_routes"]
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +88,13 @@ def console_tail(gateway: GatewayServer) -> CallTail:
         if gateway.records is not None:
             tail.attach(gateway.records)
     return tail
+
+
+def close_console(gateway: GatewayServer) -> None:
+    """End the open live tails of a gateway that stops serving HTTP (they would hold up its shutdown)."""
+    tail = _tails.get(gateway)
+    if tail is not None:
+        tail.close()
 
 
 def _render(request: Request, principal: Principal | None, name: str, status: int = 200, **context: Any) -> Response:
