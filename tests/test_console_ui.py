@@ -268,6 +268,9 @@ def test_every_page_renders_for_the_admin(browser: Any, console: Console) -> Non
         browser.get(console.admin + path)
         assert browser.find_elements(By.ID, marker), path
         assert ADMIN_KEY not in browser.page_source and hash_key(ADMIN_KEY) not in browser.page_source
+    browser.get(console.admin + "/feedback")
+    assert "The router learns from use" in browser.find_element(By.ID, "learning").text
+    browser.get(console.admin + "/audit")
     audit = browser.find_element(By.ID, "audit-rows").text
     assert "login" in audit and "ops" in audit
     screenshot(browser, "audit")

@@ -475,8 +475,9 @@ class _Pages:
         except views.ViewError as exc:
             rows, error = [], exc.message
         return _render(
-            request, principal, "feedback.html", title="Feedback", active="/feedback", rows=rows, error=error
-        )
+            request, principal, "feedback.html", title="Feedback", active="/feedback", rows=rows, error=error,
+            learning=self.gateway.settings.learning,
+        )  # fmt: skip
 
     async def config(self, request: Request, principal: Principal) -> Response:
         data = views.effective_config(self.gateway)
