@@ -142,6 +142,7 @@ async def _serve(
     # Bind first: a busy port is reported before any server is started.
     sock = bind_socket(settings.http.host, settings.http.port) if transport == "http" else None
     stop = anyio.Event()
+    watch_stop = anyio.Event()
     reloaders: list[Reloader] = []
 
     def hangup() -> None:
@@ -176,7 +177,7 @@ async def _serve(
             reloaders.append(reloader)
             if settings.reload.watch:
                 registry.task_group.start_soon(
-                    watch_config, reloader, settings.reload.debounce_seconds, name="config watch"
+                    watch_config, reloader, settings.reload.debounce_seconds, watch_stop, name="config watch"
                 )
             try:
                 if sock is None:
@@ -186,6 +187,7 @@ async def _serve(
                     await serve_http(gateway, settings, sock, stop=stop, ready=announce)
             finally:
                 remove_runtime(settings)
+                watch_stop.set()  # before the watch is cancelled: its thread returns within a step
         tg.cancel_scope.cancel()
     return EXIT_OK
 

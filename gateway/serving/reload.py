@@ -248,9 +248,15 @@ def _names(ids: Sequence[str]) -> str:
     return ", ".join(ids) if ids else "none"
 
 
-async def watch_config(reloader: Reloader, debounce_seconds: float) -> None:
-    """Reload whenever the config file changes. Its folder is watched, not the file, so that an
-    editor that saves by writing a new file and renaming it over the old one is noticed too."""
+WATCH_WAKEUP_MS = 1000
+"""The watch thread looks at its stop event at least this often (a cancelled watch waits for it)."""
+
+
+async def watch_config(reloader: Reloader, debounce_seconds: float, stop: anyio.Event | None = None) -> None:
+    """Reload whenever the config file changes, until `stop` is set. Its folder is watched, not the
+    file, so that an editor that saves by writing a new file and renaming it over the old one is
+    noticed too. The watch waits in a worker thread, which a cancellation cannot interrupt: set
+    `stop` first, and serving ends without waiting for it (the process exits at once on end of stdin)."""
     from watchfiles import awatch  # imported only by a gateway that watches
 
     path = Path(os.path.abspath(reloader.path))
@@ -261,7 +267,14 @@ async def watch_config(reloader: Reloader, debounce_seconds: float) -> None:
     logger.info("watching %s for changes (GATEWAY_RELOAD__WATCH)", path)
     debounce = max(1, int(debounce_seconds * 1000))
     try:
-        async for _ in awatch(path.parent, watch_filter=is_config, debounce=debounce, recursive=False):
+        async for _ in awatch(
+            path.parent,
+            watch_filter=is_config,
+            debounce=debounce,
+            recursive=False,
+            stop_event=stop,
+            rust_timeout=WATCH_WAKEUP_MS,
+        ):
             await reloader.reload_if_changed("watch")
     except Exception:  # noqa: BLE001 - boundary: serving goes on without the watch (SIGHUP still reloads)
         logger.exception("the watch of %s stopped; send SIGHUP to reload", path)
