@@ -39,6 +39,7 @@ from gateway.security.http_guard import PUBLIC_PATHS, SecurityMiddleware, princi
 from gateway.security.scopes import visible
 from gateway.serving.admin.access import ADMIN_PREFIX, with_console
 from gateway.serving.admin.api import api_routes
+from gateway.serving.admin.ui import close_console, ui_routes
 from gateway.serving.exposure import NO_TOOL_FITS, openai_function, tool_payload, unknown_mode
 from gateway.serving.server import GatewayServer
 
@@ -207,6 +208,7 @@ def build_http_app(gateway: GatewayServer, settings: Settings, *, admin: bool = 
         routes.append(Route("/feedback", feedback, methods=["POST"]))
     if admin:
         routes += api_routes()  # the operator console's JSON API (docs/console.md)
+        routes += ui_routes(gateway)  # the console's web pages at /admin (`gateway.serving.admin.ui`)
     public_paths: tuple[str, ...] = PUBLIC_PATHS
     if settings.http.metrics:
         routes.append(Route(METRICS_PATH, metrics, methods=["GET"]))
@@ -296,4 +298,5 @@ async def serve_http(
         if ready is not None:
             ready(port)
         await stop.wait()
+        close_console(gateway)  # open live tails end, so uvicorn's graceful shutdown does not wait for them
         server.should_exit = True
