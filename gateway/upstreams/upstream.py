@@ -37,7 +37,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from gateway.catalog import ServerListing
-from gateway.errors import UpstreamTimeout, UpstreamUnavailable
+from gateway.errors import UpstreamTimeout, UpstreamUnauthorized, UpstreamUnavailable
 from gateway.upstreams.errors import (
     describe,
     server_answered,
@@ -48,6 +48,7 @@ from gateway.upstreams.errors import (
 )
 from gateway.upstreams.health import probe
 from gateway.upstreams.listing import Unsupported, fetch_listing, method_not_found, unsupported_answer
+from gateway.upstreams.oauth.binding import GrantAuth, NeedsLogin
 from gateway.upstreams.on_demand import OnDemand
 from gateway.upstreams.spec import CONNECTED_STATES, LISTED_STATES, ServerState, UpstreamSpec
 from gateway.upstreams.stderr import StderrLog
@@ -157,6 +158,8 @@ class Upstream:
         """The optional methods this server turned out not to support."""
         self.sessions = 0
         """How many sessions have completed their handshake: a new number is a fresh connection."""
+        self._auth: GrantAuth | None = None
+        """The OAuth auth of the current connection attempt (`auth: oauth` servers)."""
         self.client_extensions: list[ClientExtension] = []
         """SDK client extensions every session to this server gets (the registry's task status binding)."""
 
@@ -202,12 +205,25 @@ class Upstream:
                 await self._serve()
             except Exception as exc:  # noqa: BLE001 - boundary: one upstream's failure must not reach the others
                 logger.debug("server %r failed", self.id, exc_info=True)
-                await self._set_state("failed", self._reason(exc))
+                login = self._needs_login(exc)
+                if login is not None:
+                    self.unauthorized = True
+                    await self._set_state("needs_login", login)
+                else:
+                    await self._set_state("failed", self._reason(exc))
             finally:
                 self._client, self.pid, self.subscriptions.listening = None, None, False
                 self._ready.set()
             if self._stop.is_set():
                 break
+            if self.state == "needs_login" and self.spec.oauth is not None:
+                # Not retried in a loop: the server waits for a grant to be stored (a login, a link, a replica).
+                await self.spec.oauth.wait_for_grant(self.spec.oauth_account, self._stop)
+                failures = 0
+                self._new_attempt()
+                if not self._stop.is_set():
+                    await self._set_state("starting", "an OAuth grant was stored; connecting")
+                continue
             if self.on_demand.went_idle:
                 self.on_demand.went_idle, failures = False, 0
                 timeout = f"{self.spec.idle_timeout:g}"
@@ -240,6 +256,14 @@ class Upstream:
         self._transport_error = None
         self.http_status = None
 
+    def _needs_login(self, exc: BaseException) -> str | None:
+        """Why the attempt needs an OAuth login, if that is why it failed."""
+        if isinstance(exc, NeedsLogin):
+            return str(exc)
+        if self._auth is not None and self._auth.needs_login is not None:
+            return str(self._auth.needs_login)
+        return None
+
     def _reason(self, exc: BaseException) -> str:
         """One line saying why the connection failed, with what the server itself said."""
         reason = describe(exc)
@@ -267,6 +291,12 @@ class Upstream:
         if self.spec.transport == "stdio":
             self.stderr = StderrLog(self.id, self.redact, self.spec.stderr_level)
             errlog = self.stderr.pipe()
+        self._auth = None
+        oauth = self.spec.oauth
+        if oauth is not None:
+            if await oauth.grant(self.spec.oauth_account) is None:
+                raise oauth.needs_login(self.spec.oauth_account, "no OAuth grant is stored")
+            self._auth = oauth.auth(self.spec.oauth_account, on_needs_login=lambda: self._closed.set())
         try:
             # One scope for the session's whole life: its deadline bounds connecting, then is
             # lifted. (A scope around just the connect would exit before the session's own
@@ -328,10 +358,11 @@ class Upstream:
             target = watched(stdio_child(spec.target, errlog or sys.stderr, self._on_spawn), self._closed)
         elif spec.transport == "http":
             assert isinstance(spec.target, str)
-            target = watched(http_transport(spec.target, spec.headers, self._on_http_status), self._closed)
+            http = http_transport(spec.target, spec.headers, self._on_http_status, auth=self._auth)
+            target = watched(http, self._closed)
         else:
             assert isinstance(spec.target, str)
-            target = watched(sse_client(spec.target, headers=dict(spec.headers)), self._closed)
+            target = watched(sse_client(spec.target, headers=dict(spec.headers), auth=self._auth), self._closed)
         relay: dict[str, Any] = {}
         if self.relay_requests:
             relay = {
@@ -548,6 +579,7 @@ class Upstream:
                     sent=True,
                 ) from None
             except MCPError as exc:
+                self._check_login(operation)
                 answer = unsupported_answer(operation)
                 if answer is not None and method_not_found(exc):
                     self.unsupported.note(operation)
@@ -557,12 +589,25 @@ class Upstream:
                     self._closed.set()
                 raise error from None
             except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+                self._check_login(operation)
                 self._closed.set()
                 raise UpstreamUnavailable(
                     f"Server {self.id!r} could not be reached for {operation}: {self.redact(describe(exc))}.",
                     server=self.id,
                     sent=not isinstance(exc, ConnectionRefusedError),
                 ) from None
+
+    def _check_login(self, operation: str) -> None:
+        """Raise `UpstreamUnauthorized` when the request failed because the OAuth grant ended; the
+        connection is closed, and the supervisor waits in `needs_login` for a new grant."""
+        if self._auth is None or self._auth.needs_login is None:
+            return
+        self._closed.set()
+        raise UpstreamUnauthorized(
+            f"Server {self.id!r} refused {operation}: {self._auth.needs_login}.",
+            server=self.id,
+            details={"needs_login": True},
+        )
 
 
 def restart_delay(failures: int) -> float:
