@@ -1,6 +1,6 @@
 """`mcp-gateway`: the command line. One module per command group (`serve`, `servers` for check and
-servers, `tools` for tools, call and search, `keys`, `plugins` for plugins and new-plugin, `evaluate`
-for eval, `stats`); this one assembles the parser and runs a command.
+servers, `tools` for tools, call and search, `keys`, `login` for login and logout, `plugins` for
+plugins and new-plugin, `evaluate` for eval, `stats`); this one assembles the parser and runs a command.
 
 Output is for people by default and for scripts with `--json`. A broken config is
 one clear message on stderr and exit code 2, never a traceback.
@@ -12,7 +12,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from gateway.cli import evaluate, keys, plugins, serve, servers, stats, tools
+from gateway.cli import evaluate, keys, login, plugins, serve, servers, stats, tools
 from gateway.cli.common import (
     EXIT_CONFIG,
     EXIT_FAILED,
@@ -28,7 +28,7 @@ from gateway.version import installed_version
 
 __all__ = ["main", "run"]
 
-COMMAND_GROUPS = (serve, servers, tools, keys, plugins, evaluate, stats)
+COMMAND_GROUPS = (serve, servers, tools, keys, login, plugins, evaluate, stats)
 
 
 def _parser() -> argparse.ArgumentParser:

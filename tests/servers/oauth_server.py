@@ -12,12 +12,13 @@ Consent is automatic: `/authorize` redirects to `/consent`, which redirects at o
 client's redirect URI with a code, for the user named by `?user=` (default `operator`), so a
 test's HTTP client following redirects plays the browser. Test-only routes: `POST
 /admin/revoke?user=NAME` revokes every token of a user (as a provider's "revoke access" page
-would), `GET /admin/stats` counts grants and refreshes.
+would), `GET /admin/stats` counts grants and refreshes, `GET /admin/issued` lists every token and
+client secret issued (for the leak test).
 
 The MCP server's tool `whoami` answers the subject of the token its request came with.
 
-Run: `python tests/servers/oauth_server.py [http|sse] [--token-ttl SECONDS] [--client ID:SECRET]`
-(`--client`: a pre-registered confidential client).
+Run: `python tests/servers/oauth_server.py [http|sse] [--token-ttl SECONDS] [--client ...]`
+(`--client ID:SECRET@REDIRECT_URI`: a pre-registered confidential client).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from mcp.server.auth.routes import create_auth_routes
 from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions, RevocationOptions
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
-from pydantic import AnyHttpUrl
+from pydantic import AnyHttpUrl, AnyUrl
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
@@ -64,6 +65,8 @@ class Provider:
         self.access: dict[str, AccessToken] = {}
         self.refresh: dict[str, RefreshToken] = {}
         self.stats = {"registrations": 0, "codes": 0, "refreshes": 0, "revocations": 0}
+        self.issued: list[str] = []
+        """Every token and client secret ever issued, for the leak test to look for."""
 
     async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
         return self.clients.get(client_id)
@@ -71,6 +74,8 @@ class Provider:
     async def register_client(self, client_info: OAuthClientInformationFull) -> None:
         self.stats["registrations"] += 1
         assert client_info.client_id is not None
+        if client_info.client_secret:
+            self.issued.append(client_info.client_secret)
         self.clients[client_info.client_id] = client_info
 
     async def authorize(self, client: OAuthClientInformationFull, params: AuthorizationParams) -> str:
@@ -101,6 +106,7 @@ class Provider:
 
     def _issue(self, client_id: str, scopes: list[str], resource: str | None, subject: str | None) -> OAuthToken:
         access, refresh = "at-" + secrets.token_urlsafe(24), "rt-" + secrets.token_urlsafe(24)
+        self.issued += [access, refresh]
         expires = int(time.time()) + self.token_ttl
         self.access[access] = AccessToken(
             token=access, client_id=client_id, scopes=scopes, expires_at=expires, resource=resource, subject=subject
@@ -175,11 +181,13 @@ def build(
     resource = f"http://127.0.0.1:{rs_port}/{'mcp' if transport == 'http' else 'sse'}"
     provider = Provider(issuer, token_ttl)
     if client:
-        client_id, _, secret = client.partition(":")
+        pair, _, redirect_uri = client.partition("@")
+        client_id, _, secret = pair.partition(":")
         provider.clients[client_id] = OAuthClientInformationFull(
             client_id=client_id,
             client_secret=secret,
-            redirect_uris=None,
+            redirect_uris=[AnyUrl(redirect_uri)],
+            scope=SCOPE,
             token_endpoint_auth_method="client_secret_post",
             grant_types=["authorization_code", "refresh_token"],
         )
@@ -196,16 +204,35 @@ def build(
             return JSONResponse({"error": "unknown request"}, status_code=400)
         return RedirectResponse(provider.consent(request_id, request.query_params.get("user", "operator")), 302)
 
+    async def revoke(request: Request) -> Response:
+        """RFC 7009 revocation. (The SDK's handler requires a `client_secret` field even from a public
+        client, which RFC 7009 does not ask of one, so this server has its own.)"""
+        form = await request.form()
+        client = provider.clients.get(str(form.get("client_id", "")))
+        if client is None or (client.client_secret and form.get("client_secret") != client.client_secret):
+            return JSONResponse({"error": "invalid_client"}, status_code=401)
+        token = str(form.get("token", ""))
+        found = provider.access.get(token) or provider.refresh.get(token)
+        if found is not None and found.client_id == client.client_id:
+            await provider.revoke_token(found)
+        return Response(status_code=200, headers={"Cache-Control": "no-store"})
+
     async def revoke_user(request: Request) -> Response:
         return JSONResponse({"revoked": provider.revoke_user(request.query_params["user"])})
 
     async def stats(request: Request) -> Response:
         return JSONResponse(provider.stats)
 
+    async def issued(request: Request) -> Response:
+        return JSONResponse({"tokens": provider.issued})
+
+    routes = [route for route in routes if getattr(route, "path", "") != "/revoke"]
     routes += [
+        Route("/revoke", revoke, methods=["POST"]),
         Route("/consent", consent, methods=["GET"]),
         Route("/admin/revoke", revoke_user, methods=["POST"]),
         Route("/admin/stats", stats, methods=["GET"]),
+        Route("/admin/issued", issued, methods=["GET"]),
     ]
     authorization_server = Starlette(routes=routes)
 
@@ -233,7 +260,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("transport", choices=["http", "sse"], nargs="?", default="http")
     parser.add_argument("--token-ttl", type=int, default=3600, help="seconds an access token lives")
-    parser.add_argument("--client", help="a pre-registered confidential client, ID:SECRET")
+    parser.add_argument("--client", help="a pre-registered confidential client, ID:SECRET@REDIRECT_URI")
     args = parser.parse_args()
     import uvicorn
 

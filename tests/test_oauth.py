@@ -1,0 +1,367 @@
+"""Upstreams behind OAuth (`auth: oauth`): the gateway's own login, per-user links, and what is stored.
+
+Against a real authorization server and a real MCP server requiring its tokens
+(`tests/servers/oauth_server.py`, both on 127.0.0.1), with the gateway as a child process and
+`mcp-gateway login` as another. The browser's steps are followed by an HTTP client (consent is
+automatic at that server: `?user=` says who consents).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import httpx2
+import mcp_types as types
+import pytest
+from cryptography.fernet import Fernet
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from gateway.config.loader import ConfigError, load_config
+from gateway.config.servers import OAuthConfig
+from gateway.errors import ERROR_META_KEY
+from gateway.upstreams.oauth import Grant, OAuthBinding, OAuthKeyMissing, Vault
+from gateway.upstreams.oauth.vault import FileBackend
+from tests.conftest import (
+    NO_EMBEDDINGS,
+    REPO,
+    _read_line_with_prefix,
+    gateway_env,
+    start_gateway_http,
+    stop_process,
+    write_config,
+)
+
+pytestmark = pytest.mark.anyio
+
+OAUTH_SERVER = REPO / "tests" / "servers" / "oauth_server.py"
+TOKEN_TTL = 2
+"""Seconds the test server's access tokens live: short, so the gateway must refresh them."""
+POLL = "0.2"
+"""GATEWAY_OAUTH__POLL_INTERVAL of the gateways under test."""
+
+
+@dataclass
+class Provider:
+    """The test's authorization server and the MCP server behind it."""
+
+    process: subprocess.Popen[str]
+    issuer: str
+    url: str
+
+    def stats(self) -> dict[str, int]:
+        return dict(httpx2.get(f"{self.issuer}/admin/stats").json())
+
+    def issued(self) -> list[str]:
+        return list(httpx2.get(f"{self.issuer}/admin/issued").json()["tokens"])
+
+    def revoke_user(self, user: str) -> None:
+        assert httpx2.post(f"{self.issuer}/admin/revoke", params={"user": user}).json()["revoked"] > 0
+
+
+def start_provider(transport: str = "http", *extra: str) -> Provider:
+    process = subprocess.Popen(
+        [sys.executable, str(OAUTH_SERVER), transport, "--token-ttl", str(TOKEN_TTL), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=REPO,
+    )
+    as_port, rs_port = _read_line_with_prefix(process.stdout, "PORTS=", 30, process).split(",")
+    path = "mcp" if transport == "http" else "sse"
+    return Provider(process, f"http://127.0.0.1:{as_port}", f"http://127.0.0.1:{rs_port}/{path}")
+
+
+@pytest.fixture
+def provider() -> Iterator[Provider]:
+    started = start_provider()
+    try:
+        yield started
+    finally:
+        stop_process(started.process)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def oauth_env(tmp_path: Path, key: str | None = None) -> dict[str, str]:
+    """A gateway child's environment with its own data dir and an OAuth key."""
+    return (
+        gateway_env(tmp_path)
+        | NO_EMBEDDINGS
+        | {
+            "GATEWAY_OAUTH__KEY": key or Fernet.generate_key().decode(),
+            "GATEWAY_OAUTH__POLL_INTERVAL": POLL,
+        }
+    )
+
+
+def run_cli(config: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", "--config", str(config), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=60,
+    )
+
+
+async def browser(url: str, user: str | None = None) -> httpx2.Response:
+    """What a person's browser does with the authorization URL: consent (as `user`) and come back."""
+    async with httpx2.AsyncClient(follow_redirects=True, timeout=30) as client:
+        response = await client.get(url, follow_redirects=False)
+        consent = response.headers["location"]
+        if user is not None:
+            consent += f"&user={user}"
+        return await client.get(consent)
+
+
+async def login(config: Path, env: dict[str, str], server: str, log: Path | None = None) -> None:
+    """`mcp-gateway login SERVER` with the browser's steps followed (its page says it logged in)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "--config", str(config), "login", server, "--no-browser"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+    try:
+        url = "http" + _read_line_with_prefix(process.stdout, "http", 30, process)
+        page = await browser(url)
+        assert page.status_code == 200 and "Logged in to" in page.text, page.text
+        out, err = await anyio.to_thread.run_sync(lambda: process.communicate(timeout=30))
+        assert process.returncode == 0, err
+        if log is not None:
+            log.write_text(url + "\n" + page.text + out + err)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
+@asynccontextmanager
+async def gateway_client(url: str, token: str | None = None) -> AsyncIterator[Client]:
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    async with create_mcp_http_client(headers=headers) as http:
+        async with Client(streamable_http_client(url, http_client=http)) as client:
+            yield client
+
+
+async def wait_for_tool(client: Client, name: str) -> None:
+    """Until the gateway lists `name` (its server connected); bounded by the caller's fail_after."""
+    while name not in {tool.name for tool in (await client.list_tools()).tools}:
+        await anyio.sleep(0.1)
+
+
+def text_of(result: types.CallToolResult) -> str:
+    block = result.content[0]
+    assert isinstance(block, types.TextContent)
+    return block.text
+
+
+def error_code(result: types.CallToolResult) -> str:
+    assert result.is_error and result.meta is not None, result
+    return str(result.meta[ERROR_META_KEY]["code"])
+
+
+def oauth_config(tmp_path: Path, url: str, auth: str = "oauth", transport: str = "") -> Path:
+    return write_config(
+        tmp_path / "gateway.yaml",
+        f"""
+        mcps:
+          web:
+            url: {url}
+            {transport}
+            auth: {auth}
+        """,
+    )
+
+
+# ---- the gateway's own identity ------------------------------------------------------------
+
+
+async def test_login_then_calls_refresh_and_relogin_after_revocation(provider: Provider, tmp_path: Path) -> None:
+    """Discovery, dynamic registration, code + PKCE, a call, refresh on expiry, revocation, a new login."""
+    config = oauth_config(tmp_path, provider.url)
+    env = oauth_env(tmp_path)
+    checked = run_cli(config, env, "check")
+    assert checked.returncode == 0, checked.stderr  # needs login is not a failure
+    assert re.search(r"web\s+http\s+needs login", checked.stdout), checked.stdout
+    assert "run `mcp-gateway login web`" in checked.stdout
+
+    log = tmp_path / "gateway.log"
+    gateway, url = start_gateway_http(config, tmp_path, env, log=log)
+    try:
+        with anyio.fail_after(90):
+            async with gateway_client(url) as client:
+                await login(config, env, "web", log=tmp_path / "login.log")
+                await wait_for_tool(client, "web__whoami")  # the waiting server picked the grant up
+                assert text_of(await client.call_tool("web__whoami", {})) == "operator"
+                assert provider.stats()["registrations"] == 1
+
+                await anyio.sleep(TOKEN_TTL + 0.5)  # the access token expired meanwhile
+                assert text_of(await client.call_tool("web__whoami", {})) == "operator"
+                assert provider.stats()["refreshes"] >= 1
+
+                provider.revoke_user("operator")  # the person revoked the gateway's access at the provider
+                await anyio.sleep(TOKEN_TTL + 0.5)
+                refused = await client.call_tool("web__whoami", {})
+                assert error_code(refused) == "upstream_unauthorized"
+                assert "mcp-gateway login web" in text_of(refused)
+
+                await login(config, env, "web", log=tmp_path / "relogin.log")
+                while (result := await client.call_tool("web__whoami", {})).is_error:
+                    await anyio.sleep(0.1)  # until the server left needs_login
+                assert text_of(result) == "operator"
+
+        logout = run_cli(config, env, "logout", "web")
+        assert logout.returncode == 0 and "revoked at the server and deleted" in logout.stdout, logout.stderr
+        assert provider.stats()["revocations"] >= 1
+        assert not list((tmp_path / "data" / "oauth" / "web").glob("gateway*"))
+    finally:
+        stop_process(gateway)
+    leaks = [token for token in provider.issued() if token]
+    for path in [log, tmp_path / "login.log", tmp_path / "relogin.log", *(tmp_path / "data").rglob("*")]:
+        if path.is_file():
+            content = path.read_bytes()
+            assert not [t for t in leaks if t.encode() in content], f"a token is in {path.name}"
+
+
+async def test_a_pre_registered_client_from_the_environment(tmp_path: Path) -> None:
+    secret = "cs-" + os.urandom(12).hex()
+    port = free_port()  # a pre-registered client's redirect URI is fixed
+    provider = start_provider("http", "--client", f"gateway-client:{secret}@http://127.0.0.1:{port}/callback")
+    try:
+        secret_ref = "'${WEB_CLIENT_SECRET}'"
+        auth = f"{{type: oauth, client_id: gateway-client, client_secret: {secret_ref}, callback_port: {port}}}"
+        config = oauth_config(tmp_path, provider.url, auth)
+        env = oauth_env(tmp_path) | {"WEB_CLIENT_SECRET": secret}
+        log = tmp_path / "gateway.log"
+        gateway, url = start_gateway_http(config, tmp_path, env, log=log)
+        try:
+            with anyio.fail_after(90):
+                async with gateway_client(url) as client:
+                    await login(config, env, "web", log=tmp_path / "login.log")
+                    await wait_for_tool(client, "web__whoami")
+                    await anyio.sleep(TOKEN_TTL + 0.5)  # the refresh authenticates the client with its secret
+                    assert text_of(await client.call_tool("web__whoami", {})) == "operator"
+            stats = provider.stats()
+            assert stats["registrations"] == 0 and stats["refreshes"] >= 1
+            servers = run_cli(config, env, "servers", "--json")
+            assert secret not in servers.stdout + servers.stderr
+        finally:
+            stop_process(gateway)
+        for path in [log, tmp_path / "login.log", *(tmp_path / "data").rglob("*")]:
+            if path.is_file():
+                assert secret.encode() not in path.read_bytes(), path.name
+    finally:
+        stop_process(provider.process)
+
+
+async def test_an_upstream_speaking_only_sse(tmp_path: Path) -> None:
+    provider = start_provider("sse")
+    try:
+        config = oauth_config(tmp_path, provider.url, transport="transport: sse")
+        env = oauth_env(tmp_path)
+        gateway, url = start_gateway_http(config, tmp_path, env)
+        try:
+            with anyio.fail_after(90):
+                async with gateway_client(url) as client:
+                    await login(config, env, "web")
+                    await wait_for_tool(client, "web__whoami")
+                    assert text_of(await client.call_tool("web__whoami", {})) == "operator"
+                    await anyio.sleep(TOKEN_TTL + 0.5)
+                    assert text_of(await client.call_tool("web__whoami", {})) == "operator"
+                    assert provider.stats()["refreshes"] >= 1
+        finally:
+            stop_process(gateway)
+    finally:
+        stop_process(provider.process)
+
+
+# ---- the store and the config ---------------------------------------------------------------
+
+
+def _grant() -> Grant:
+    return Grant(
+        access_token="at-secret-value",
+        refresh_token="rt-secret-value",
+        token_endpoint="http://x/token",
+        client_id="c",
+        expires_at=None,
+    )
+
+
+async def test_tokens_are_stored_encrypted_and_only_for_the_owner(tmp_path: Path) -> None:
+    key = Fernet.generate_key().decode()
+    binding = OAuthBinding("web", "http://127.0.0.1:1/mcp", OAuthConfig(), Vault(FileBackend(tmp_path), key))
+    await binding.save(None, _grant())
+    await binding.save("key:ada", _grant().model_copy(update={"access_token": "at-ada"}))
+    files = sorted(tmp_path.rglob("*.fernet"))
+    assert len(files) == 2 and all(f.stat().st_mode & 0o077 == 0 for f in files)
+    assert not any(b"secret-value" in f.read_bytes() or b"ada" in f.read_bytes() for f in files)
+    assert all("ada" not in f.name for f in files)  # a caller's slot is a hash
+    loaded = await binding.grant(None)
+    assert loaded is not None and loaded.access_token == "at-secret-value"
+    assert "secret-value" not in repr(loaded)
+    other = OAuthBinding(
+        "web", binding.url, OAuthConfig(), Vault(FileBackend(tmp_path), Fernet.generate_key().decode())
+    )
+    with pytest.raises(Exception, match="cannot be decrypted with the configured key"):
+        await other.grant(None)
+
+
+async def test_without_a_key_nothing_is_stored_and_the_error_says_how_to_make_one(tmp_path: Path) -> None:
+    binding = OAuthBinding("web", "http://127.0.0.1:1/mcp", OAuthConfig(), Vault(FileBackend(tmp_path)))
+    with pytest.raises(OAuthKeyMissing, match=r"GATEWAY_OAUTH__KEY.*Fernet.generate_key"):
+        await binding.save(None, _grant())
+    assert not list(tmp_path.rglob("*"))
+
+
+async def test_login_without_a_key_refuses_before_sending_anyone_anywhere(provider: Provider, tmp_path: Path) -> None:
+    config = oauth_config(tmp_path, provider.url)
+    env = {k: v for k, v in oauth_env(tmp_path).items() if k != "GATEWAY_OAUTH__KEY"}
+    result = run_cli(config, env, "login", "web", "--no-browser")
+    assert result.returncode == 2 and "GATEWAY_OAUTH__KEY" in result.stderr and "http" not in result.stdout
+    assert provider.stats()["registrations"] == 0
+
+
+def test_auth_oauth_is_for_http_and_sse_servers(tmp_path: Path) -> None:
+    path = write_config(tmp_path / "g.yaml", "mcps:\n  local:\n    command: echo\n    auth: oauth\n")
+    with pytest.raises(ConfigError, match=r"g.yaml:2: mcps.local: `auth: oauth` applies to http/sse"):
+        load_config(path)
+
+
+def test_a_bad_auth_entry_is_named(tmp_path: Path) -> None:
+    path = write_config(tmp_path / "g.yaml", "mcps:\n  web:\n    url: http://127.0.0.1:1/mcp\n    auth: basic\n")
+    with pytest.raises(ConfigError, match=r"mcps.web.auth: must be `oauth` or a mapping"):
+        load_config(path)
+    body = "mcps:\n  web:\n    url: http://127.0.0.1:1/mcp\n    auth: {type: oauth, client_secret: s}\n"
+    with pytest.raises(ConfigError, match=r"mcps.web.auth: .*`client_secret` needs `client_id`"):
+        load_config(write_config(tmp_path / "g.yaml", body))
+
+
+def test_a_client_secret_from_a_file_never_shows_in_the_config_repr(tmp_path: Path) -> None:
+    (tmp_path / "secret.txt").write_text("file-secret-123\n")
+    body = (
+        "mcps:\n  web:\n    url: http://127.0.0.1:1/mcp\n"
+        "    auth: {type: oauth, client_id: gw, client_secret_file: secret.txt}\n"
+    )
+    server = load_config(write_config(tmp_path / "g.yaml", body)).servers["web"]
+    assert server.auth is not None and server.auth.client_secret == "file-secret-123"
+    assert "file-secret-123" not in repr(server)
