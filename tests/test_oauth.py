@@ -17,19 +17,21 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx2
 import mcp_types as types
 import pytest
 from cryptography.fernet import Fernet
-from mcp import Client
+from mcp import Client, MCPError, UrlElicitationRequiredError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from gateway.config.loader import ConfigError, load_config
 from gateway.config.servers import OAuthConfig
 from gateway.errors import ERROR_META_KEY
+from gateway.security.auth import hash_key, new_key
 from gateway.upstreams.oauth import Grant, OAuthBinding, OAuthKeyMissing, Vault
 from gateway.upstreams.oauth.vault import FileBackend
 from tests.conftest import (
@@ -155,10 +157,10 @@ async def login(config: Path, env: dict[str, str], server: str, log: Path | None
 
 
 @asynccontextmanager
-async def gateway_client(url: str, token: str | None = None) -> AsyncIterator[Client]:
+async def gateway_client(url: str, token: str | None = None, **kwargs: Any) -> AsyncIterator[Client]:
     headers = {"Authorization": f"Bearer {token}"} if token else None
     async with create_mcp_http_client(headers=headers) as http:
-        async with Client(streamable_http_client(url, http_client=http)) as client:
+        async with Client(streamable_http_client(url, http_client=http), **kwargs) as client:
             yield client
 
 
@@ -365,3 +367,86 @@ def test_a_client_secret_from_a_file_never_shows_in_the_config_repr(tmp_path: Pa
     server = load_config(write_config(tmp_path / "g.yaml", body)).servers["web"]
     assert server.auth is not None and server.auth.client_secret == "file-secret-123"
     assert "file-secret-123" not in repr(server)
+
+
+# ---- per user -------------------------------------------------------------------------------
+
+
+async def link_as(url: str, user: str) -> None:
+    """A caller's browser following a link URL, consenting at the provider as `user`."""
+    page = await browser(url, user)
+    assert page.status_code == 200 and f"Linked web for {user}" in page.text, page.text
+
+
+async def test_each_caller_reaches_the_server_with_their_own_linked_account(provider: Provider, tmp_path: Path) -> None:
+    keys = {user: new_key() for user in ("ada", "bob")}
+    config = write_config(
+        tmp_path / "gateway.yaml",
+        f"""
+        mcps:
+          web:
+            url: {provider.url}
+            auth: {{type: oauth, per_user: true}}
+        auth:
+          api_keys:
+            - {{name: ada, hash: "{hash_key(keys["ada"])}"}}
+            - {{name: bob, hash: "{hash_key(keys["bob"])}"}}
+        """,
+    )
+    env = oauth_env(tmp_path)
+    log = tmp_path / "gateway.log"
+    gateway, url = start_gateway_http(config, tmp_path, env, log=log)
+    base = url.rsplit("/", 1)[0]
+
+    async def elicit(context: Any, params: Any) -> types.ElicitResult:
+        return types.ElicitResult(action="decline")
+
+    try:
+        with anyio.fail_after(120):
+            await login(config, env, "web", log=tmp_path / "login.log")  # the catalog's listing only
+            async with gateway_client(url, keys["ada"]) as ada:
+                await wait_for_tool(ada, "web__whoami")
+                refused = await ada.call_tool("web__whoami", {})  # not linked: never the gateway's account
+                assert error_code(refused) == "upstream_unauthorized"
+                assert refused.meta is not None and "operator" not in text_of(refused)
+                connect_url = refused.meta[ERROR_META_KEY]["connect_url"]
+                assert connect_url in text_of(refused)
+                await link_as(connect_url, "ada")
+                assert text_of(await ada.call_tool("web__whoami", {})) == "ada"
+
+                async with gateway_client(url, keys["bob"], elicitation_callback=elicit) as bob:
+                    with pytest.raises(MCPError) as raised:  # a client that shows URLs gets a URL elicitation
+                        await bob.call_tool("web__whoami", {})
+                    assert raised.value.error.code == types.URL_ELICITATION_REQUIRED
+                    [elicitation] = UrlElicitationRequiredError.from_error(raised.value.error).elicitations
+                    await link_as(elicitation.url, "bob")
+                    assert text_of(await bob.call_tool("web__whoami", {})) == "bob"
+                    assert text_of(await ada.call_tool("web__whoami", {})) == "ada"
+
+                    # GET /connect/web as bob: the authorization URL for his account (JSON when asked)
+                    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {keys['bob']}"}) as http:
+                        started = await http.get(f"{base}/connect/web", headers={"Accept": "application/json"})
+                        assert started.status_code == 200 and started.json()["authorization_url"].startswith(
+                            provider.issuer
+                        )
+                        unlinked = await http.delete(f"{base}/connect/web")
+                        assert unlinked.json() == {"server": "web", "unlinked": True, "revoked": True}
+                    with pytest.raises(MCPError):  # unlinked: asked to link again
+                        await bob.call_tool("web__whoami", {})
+
+                provider.revoke_user("ada")  # ada revoked the gateway's access at the provider
+                await anyio.sleep(TOKEN_TTL + 0.5)
+                ended = await ada.call_tool("web__whoami", {})
+                assert error_code(ended) == "upstream_unauthorized" and "connect_url" in ended.meta[ERROR_META_KEY]
+                assert "operator" not in text_of(ended) and "bob" not in text_of(ended)
+            async with httpx2.AsyncClient() as anonymous:
+                assert (await anonymous.get(f"{base}/connect/web")).status_code == 401
+                bad = await anonymous.get(f"{base}/connect/callback", params={"state": "forged", "code": "x"})
+                assert bad.status_code == 400 and "unknown, used or expired" in bad.text
+    finally:
+        stop_process(gateway)
+    leaks = provider.issued()
+    for path in [log, tmp_path / "login.log", *(tmp_path / "data").rglob("*")]:
+        if path.is_file():
+            content = path.read_bytes()
+            assert not [t for t in leaks if t.encode() in content], f"a token is in {path.name}"

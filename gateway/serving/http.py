@@ -1,5 +1,6 @@
 """The streamable-HTTP transport: the MCP endpoint, `POST /route`, `POST /feedback`, `GET /healthz`,
-`/readyz` and `/metrics`, the listening socket and uvicorn.
+`/readyz`, `/metrics` and `/connect` (per-user OAuth links, `gateway.serving.connect`), the listening
+socket and uvicorn.
 
 Host and Origin headers are checked on every route against DNS rebinding: loopback
 names always pass, others only when listed in `GATEWAY_HTTP__ALLOWED_HOSTS` /
@@ -36,6 +37,7 @@ from gateway.records.feedback import feedback_endpoint
 from gateway.security.auth import Authenticator
 from gateway.security.http_guard import PUBLIC_PATHS, SecurityMiddleware, principal_in
 from gateway.security.scopes import visible
+from gateway.serving.connect import CALLBACK_PATH, Connector, connect_routes
 from gateway.serving.exposure import NO_TOOL_FITS, openai_function, tool_payload, unknown_mode
 from gateway.serving.server import GatewayServer
 
@@ -206,6 +208,12 @@ def build_http_app(gateway: GatewayServer, settings: Settings) -> SecurityMiddle
         routes.append(Route(METRICS_PATH, metrics, methods=["GET"]))
         if settings.http.metrics_public:
             public_paths += (METRICS_PATH,)
+    if any(u.spec.oauth is not None and u.spec.oauth.per_user for u in gateway.registry.upstreams.values()):
+        # Per-user OAuth links; the provider's callback comes from a browser with no credentials.
+        connector = Connector(gateway.registry, settings.oauth.public_url)
+        gateway.tools.links = connector
+        routes += connect_routes(connector)
+        public_paths += (CALLBACK_PATH,)
     # The health routes skip the Host check and authentication (`http_guard.PUBLIC_PATHS`):
     # load balancers probe by IP address, without credentials.
     app = gateway.server.streamable_http_app(
