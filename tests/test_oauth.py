@@ -8,6 +8,7 @@ automatic at that server: `?user=` says who consents).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -91,6 +92,23 @@ def provider() -> Iterator[Provider]:
         yield started
     finally:
         stop_process(started.process)
+
+
+DEBUG_JSON_LOGS = {"GATEWAY_LOG_LEVEL": "DEBUG", "GATEWAY_LOG_FORMAT": "json"}
+"""The most a gateway writes in its log: what the leak checks read."""
+
+
+def assert_no_token_in(provider: Provider, logs: list[Path], data: Path, said: list[str]) -> None:
+    """No token or client secret the provider issued in the logs, the data dir (records, the
+    encrypted store) or anything the gateway answered (`said`)."""
+    issued = [token for token in provider.issued() if token]
+    assert issued
+    files = [*logs, *(path for path in data.rglob("*") if path.is_file())]
+    for path in files:
+        content = path.read_bytes()
+        assert not [token for token in issued if token.encode() in content], f"a token is in {path.name}"
+    for text in said:
+        assert not [token for token in issued if token in text], f"a token is in an answer: {text[:200]}"
 
 
 def free_port() -> int:
@@ -207,7 +225,8 @@ async def test_login_then_calls_refresh_and_relogin_after_revocation(provider: P
     assert "run `mcp-gateway login web`" in checked.stdout
 
     log = tmp_path / "gateway.log"
-    gateway, url = start_gateway_http(config, tmp_path, env, log=log)
+    said: list[str] = [checked.stdout + checked.stderr]  # everything the gateway answered, for the leak check
+    gateway, url = start_gateway_http(config, tmp_path, env | DEBUG_JSON_LOGS, log=log)
     try:
         with anyio.fail_after(90):
             async with gateway_client(url) as client:
@@ -225,23 +244,25 @@ async def test_login_then_calls_refresh_and_relogin_after_revocation(provider: P
                 refused = await client.call_tool("web__whoami", {})
                 assert error_code(refused) == "upstream_unauthorized"
                 assert "mcp-gateway login web" in text_of(refused)
+                said.append(refused.model_dump_json())
 
                 await login(config, env, "web", log=tmp_path / "relogin.log")
                 while (result := await client.call_tool("web__whoami", {})).is_error:
                     await anyio.sleep(0.1)  # until the server left needs_login
                 assert text_of(result) == "operator"
 
+                servers = run_cli(config, env, "servers", "--json")
+                said.append(servers.stdout + servers.stderr)
+                assert json.loads(servers.stdout)["servers"][0]["status"] == "ok"
         logout = run_cli(config, env, "logout", "web")
+        said.append(logout.stdout + logout.stderr)
         assert logout.returncode == 0 and "revoked at the server and deleted" in logout.stdout, logout.stderr
         assert provider.stats()["revocations"] >= 1
         assert not list((tmp_path / "data" / "oauth" / "web").glob("gateway*"))
     finally:
         stop_process(gateway)
-    leaks = [token for token in provider.issued() if token]
-    for path in [log, tmp_path / "login.log", tmp_path / "relogin.log", *(tmp_path / "data").rglob("*")]:
-        if path.is_file():
-            content = path.read_bytes()
-            assert not [t for t in leaks if t.encode() in content], f"a token is in {path.name}"
+    assert "refreshed its OAuth access token" in log.read_text()  # the log was captured, at DEBUG
+    assert_no_token_in(provider, [log, tmp_path / "login.log", tmp_path / "relogin.log"], tmp_path / "data", said)
 
 
 async def test_a_pre_registered_client_from_the_environment(tmp_path: Path) -> None:
@@ -395,8 +416,9 @@ async def test_each_caller_reaches_the_server_with_their_own_linked_account(prov
     )
     env = oauth_env(tmp_path)
     log = tmp_path / "gateway.log"
-    gateway, url = start_gateway_http(config, tmp_path, env, log=log)
+    gateway, url = start_gateway_http(config, tmp_path, env | DEBUG_JSON_LOGS, log=log)
     base = url.rsplit("/", 1)[0]
+    said: list[str] = []
 
     async def elicit(context: Any, params: Any) -> types.ElicitResult:
         return types.ElicitResult(action="decline")
@@ -409,6 +431,7 @@ async def test_each_caller_reaches_the_server_with_their_own_linked_account(prov
                 refused = await ada.call_tool("web__whoami", {})  # not linked: never the gateway's account
                 assert error_code(refused) == "upstream_unauthorized"
                 assert refused.meta is not None and "operator" not in text_of(refused)
+                said.append(refused.model_dump_json())
                 connect_url = refused.meta[ERROR_META_KEY]["connect_url"]
                 assert connect_url in text_of(refused)
                 await link_as(connect_url, "ada")
@@ -418,6 +441,7 @@ async def test_each_caller_reaches_the_server_with_their_own_linked_account(prov
                     with pytest.raises(MCPError) as raised:  # a client that shows URLs gets a URL elicitation
                         await bob.call_tool("web__whoami", {})
                     assert raised.value.error.code == types.URL_ELICITATION_REQUIRED
+                    said.append(raised.value.error.model_dump_json())
                     [elicitation] = UrlElicitationRequiredError.from_error(raised.value.error).elicitations
                     await link_as(elicitation.url, "bob")
                     assert text_of(await bob.call_tool("web__whoami", {})) == "bob"
@@ -430,6 +454,7 @@ async def test_each_caller_reaches_the_server_with_their_own_linked_account(prov
                             provider.issuer
                         )
                         unlinked = await http.delete(f"{base}/connect/web")
+                        said.append(started.text + unlinked.text)
                         assert unlinked.json() == {"server": "web", "unlinked": True, "revoked": True}
                     with pytest.raises(MCPError):  # unlinked: asked to link again
                         await bob.call_tool("web__whoami", {})
@@ -437,16 +462,14 @@ async def test_each_caller_reaches_the_server_with_their_own_linked_account(prov
                 provider.revoke_user("ada")  # ada revoked the gateway's access at the provider
                 await anyio.sleep(TOKEN_TTL + 0.5)
                 ended = await ada.call_tool("web__whoami", {})
+                said.append(ended.model_dump_json())
                 assert error_code(ended) == "upstream_unauthorized" and "connect_url" in ended.meta[ERROR_META_KEY]
                 assert "operator" not in text_of(ended) and "bob" not in text_of(ended)
             async with httpx2.AsyncClient() as anonymous:
                 assert (await anonymous.get(f"{base}/connect/web")).status_code == 401
                 bad = await anonymous.get(f"{base}/connect/callback", params={"state": "forged", "code": "x"})
+                said.append(bad.text)
                 assert bad.status_code == 400 and "unknown, used or expired" in bad.text
     finally:
         stop_process(gateway)
-    leaks = provider.issued()
-    for path in [log, tmp_path / "login.log", *(tmp_path / "data").rglob("*")]:
-        if path.is_file():
-            content = path.read_bytes()
-            assert not [t for t in leaks if t.encode() in content], f"a token is in {path.name}"
+    assert_no_token_in(provider, [log, tmp_path / "login.log"], tmp_path / "data", said)
