@@ -473,3 +473,11 @@ async def test_each_caller_reaches_the_server_with_their_own_linked_account(prov
     finally:
         stop_process(gateway)
     assert_no_token_in(provider, [log, tmp_path / "login.log"], tmp_path / "data", said)
+
+
+def test_check_without_a_key_says_how_to_make_one(provider: Provider, tmp_path: Path) -> None:
+    config = oauth_config(tmp_path, provider.url)
+    env = {k: v for k, v in oauth_env(tmp_path).items() if k != "GATEWAY_OAUTH__KEY"}
+    checked = run_cli(config, env, "check")
+    assert checked.returncode == 1 and re.search(r"web\s+http\s+failed", checked.stdout), checked.stdout
+    assert "no key is configured: set GATEWAY_OAUTH__KEY" in checked.stdout
