@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import html
 import logging
+import secrets
 from typing import Any
 
 import httpx2
@@ -96,6 +97,8 @@ class Connector:
         self.learn_base_url(request)
         if self.binding(server) is None or self.base_url is None:
             return exc
+        if self.registry.upstreams[server].state == "needs_login":
+            return exc  # the gateway's own login (the catalog's listing) is missing: the operator's to fix
         try:
             url = await self.begin(server, principal)
         except (OAuthFlowFailed, OAuthVaultError, httpx2.HTTPError, TimeoutError) as error:
@@ -109,7 +112,7 @@ class Connector:
                         mode="url",
                         message=f"Link your account at {server!r} to use its tools through the gateway.",
                         url=url,
-                        elicitation_id=f"connect-{server}",
+                        elicitation_id=f"connect-{server}-{secrets.token_hex(8)}",
                     )
                 ]
             )

@@ -53,10 +53,16 @@ class _Flow:
 class LinkFlows:
     """Flows in flight by their `state`, run in `task_group()`."""
 
-    def __init__(self, task_group: Callable[[], anyio.abc.TaskGroup], *, ttl: float = 600.0) -> None:
+    def __init__(
+        self, task_group: Callable[[], anyio.abc.TaskGroup], *, ttl: float = 600.0, max_flows: int = 256
+    ) -> None:
         self.task_group = task_group
         self.ttl = ttl
+        self.max_flows = max_flows
+        """Most flows in flight at once: each holds a task until its callback or `ttl`."""
         self._flows: dict[str, _Flow] = {}
+        self._by_account: dict[tuple[str, str | None], _Flow] = {}
+        """The flow in flight per (server, account): a caller who calls again gets the same link."""
 
     def __len__(self) -> int:
         return len(self._flows)
@@ -70,8 +76,15 @@ class LinkFlows:
         sse: bool = False,
         subject_hint: str | None = None,
     ) -> str:
-        """Start a flow for `account` (None: the gateway) and return the URL to send the person to."""
-        flow = _Flow(binding, account)
+        """Start a flow for `account` (None: the gateway) and return the URL to send the person to
+        (the URL of the flow already in flight for that account, if there is one)."""
+        key = (binding.server_id, account)
+        pending = self._by_account.get(key)
+        if pending is not None and pending.url is not None and not pending.arrived.is_set():
+            return pending.url
+        if len(self._by_account) >= self.max_flows:
+            raise OAuthFlowFailed(f"{self.max_flows} authorizations are in progress; try again in a few minutes")
+        flow = self._by_account[key] = _Flow(binding, account)
 
         async def show(url: str) -> None:
             state = parse_qs(urlsplit(url).query).get("state", [""])[0]
@@ -101,6 +114,8 @@ class LinkFlows:
                 flow.shown.set()
                 for state in [s for s, f in self._flows.items() if f is flow]:
                     del self._flows[state]
+                if self._by_account.get(key) is flow:
+                    del self._by_account[key]
 
         self.task_group().start_soon(run, name=f"oauth flow {binding.server_id}")
         with anyio.fail_after(FLOW_TIMEOUT * 2):
