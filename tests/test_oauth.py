@@ -19,6 +19,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import anyio
 import httpx2
@@ -33,7 +34,7 @@ from gateway.config.loader import ConfigError, load_config
 from gateway.config.servers import OAuthConfig
 from gateway.errors import ERROR_META_KEY
 from gateway.security.auth import hash_key, new_key
-from gateway.upstreams.oauth import Grant, OAuthBinding, OAuthKeyMissing, Vault
+from gateway.upstreams.oauth import Grant, LinkFlows, OAuthBinding, OAuthKeyMissing, Vault
 from gateway.upstreams.oauth.vault import FileBackend
 from tests.conftest import (
     NO_EMBEDDINGS,
@@ -481,3 +482,39 @@ def test_check_without_a_key_says_how_to_make_one(provider: Provider, tmp_path: 
     checked = run_cli(config, env, "check")
     assert checked.returncode == 1 and re.search(r"web\s+http\s+failed", checked.stdout), checked.stdout
     assert "no key is configured: set GATEWAY_OAUTH__KEY" in checked.stdout
+
+
+class _ReadsOneStaleCopy(FileBackend):
+    """A replica's view of the shared store that read the grant just before another replica refreshed it."""
+
+    def __init__(self, root: Path, stale: bytes) -> None:
+        super().__init__(root)
+        self.stale: bytes | None = stale
+
+    def read(self, server: str, slot: str) -> bytes | None:
+        stale, self.stale = self.stale, None
+        return stale if stale is not None else super().read(server, slot)
+
+
+async def test_a_replica_whose_refresh_lost_the_race_uses_the_grant_the_other_stored(
+    provider: Provider, tmp_path: Path
+) -> None:
+    key, store = Fernet.generate_key().decode(), tmp_path / "oauth"
+    binding = OAuthBinding("web", provider.url, OAuthConfig(), Vault(FileBackend(store), key))
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            flows = LinkFlows(lambda: tg)
+            url = await flows.begin(binding, None, "http://127.0.0.1:9/callback")
+            async with httpx2.AsyncClient(timeout=30) as browser_client:
+                consent = (await browser_client.get(url)).headers["location"]
+                back = parse_qs(urlsplit((await browser_client.get(consent)).headers["location"]).query)
+            await flows.complete(back["state"][0], back["code"][0])
+        stale = FileBackend(store).read("web", "gateway")
+        assert stale is not None
+        await anyio.sleep(TOKEN_TTL)  # expiring: both replicas want to refresh
+        first = await binding.auth(None)._usable(refused=None)  # replica A refreshes; the refresh token rotates
+        late = OAuthBinding("web", provider.url, OAuthConfig(), Vault(_ReadsOneStaleCopy(store, stale), key))
+        auth = late.auth(None)
+        second = await auth._usable(refused=None)  # replica B's refresh token was just rotated away
+        assert auth.needs_login is None and second.access_token == first.access_token
+        assert await binding.grant(None) is not None  # not deleted

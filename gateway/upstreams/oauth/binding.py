@@ -144,7 +144,14 @@ class GrantAuth(httpx2.Auth):
                     async with httpx2.AsyncClient(timeout=TOKEN_TIMEOUT) as client:
                         grant = await refresh(grant, client)
                 except RefreshRefused as exc:
-                    await binding.forget(account)  # dead: the waiting server looks for a new one
+                    latest = await binding.grant(account)
+                    if latest is not None and latest.refresh_token != grant.refresh_token and not latest.expiring():
+                        # Another replica refreshed first (and the server rotated the refresh token),
+                        # or a new login was stored meanwhile: use that one.
+                        self._grant = latest
+                        return latest
+                    if latest is not None and latest.refresh_token == grant.refresh_token:
+                        await binding.forget(account)  # dead: the waiting server looks for a new one
                     raise self._fail(f"the OAuth grant ended: {exc}") from None
                 await binding.save(account, grant)
                 logger.info("server %r: refreshed its OAuth access token", binding.server_id)

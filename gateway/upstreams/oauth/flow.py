@@ -15,10 +15,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from urllib.parse import urlsplit
 
 import httpx2
 from mcp.client.auth import OAuthClientProvider, TokenStorage
-from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
+from mcp.shared.auth import (
+    AuthorizationCodeResult,
+    OAuthClientInformationFull,
+    OAuthClientMetadata,
+    OAuthMetadata,
+    OAuthToken,
+)
 
 from gateway.upstreams.oauth.binding import OAuthBinding
 from gateway.upstreams.oauth.grant import Grant, client_slot
@@ -81,6 +88,15 @@ class _Provider(OAuthClientProvider):
             asked = (self.context.client_metadata.scope or "").split()
             self.context.client_metadata.scope = " ".join(dict.fromkeys([*asked, *self.extra_scopes]))
         return await super()._perform_authorization()
+
+
+def _token_endpoint(server_url: str, meta: OAuthMetadata | None) -> str:
+    """The token endpoint the flow used: the metadata's, else `/token` at the server's origin (the spec's
+    fallback for servers without metadata, as the SDK does)."""
+    if meta is not None:
+        return str(meta.token_endpoint)
+    parts = urlsplit(server_url)
+    return f"{parts.scheme}://{parts.netloc}/token"
 
 
 async def authorize(
@@ -147,7 +163,7 @@ async def authorize(
         scope=tokens.scope,
         expires_at=context.token_expiry_time,
         lifetime=float(tokens.expires_in) if tokens.expires_in is not None else None,
-        token_endpoint=provider._get_token_endpoint(),
+        token_endpoint=_token_endpoint(binding.url, meta),
         revocation_endpoint=str(meta.revocation_endpoint) if meta and meta.revocation_endpoint else None,
         resource=context.get_resource_url() if include_resource else None,
         issuer=str(meta.issuer) if meta else None,
