@@ -355,7 +355,9 @@ class Registry:
                     "authenticated caller (the gateway's `auth:` identifies callers by API key or JWT).",
                     server=upstream.id,
                 )
-            return await self.caller_sessions.request_linked(upstream, account, operation, send, timeout=timeout)
+            return await self.caller_sessions.request_linked(
+                upstream, account, operation, send, timeout=timeout, subject_token=caller_token
+            )
         if caller_token and upstream.spec.forward_caller_token:
             return await self.caller_sessions.request(upstream, caller_token, operation, send, timeout=timeout)
         return await upstream.request(operation, send, timeout=timeout)

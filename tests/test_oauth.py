@@ -14,6 +14,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -23,9 +24,11 @@ from urllib.parse import parse_qs, urlsplit
 
 import anyio
 import httpx2
+import jwt
 import mcp_types as types
 import pytest
 from cryptography.fernet import Fernet
+from cryptography.hazmat.primitives.asymmetric import rsa
 from mcp import Client, MCPError, UrlElicitationRequiredError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -99,10 +102,10 @@ DEBUG_JSON_LOGS = {"GATEWAY_LOG_LEVEL": "DEBUG", "GATEWAY_LOG_FORMAT": "json"}
 """The most a gateway writes in its log: what the leak checks read."""
 
 
-def assert_no_token_in(provider: Provider, logs: list[Path], data: Path, said: list[str]) -> None:
-    """No token or client secret the provider issued in the logs, the data dir (records, the
-    encrypted store) or anything the gateway answered (`said`)."""
-    issued = [token for token in provider.issued() if token]
+def assert_no_token_in(issued: list[str], logs: list[Path], data: Path, said: list[str]) -> None:
+    """No token or client secret the provider issued (`issued`) in the logs, the data dir (records,
+    the encrypted store) or anything the gateway answered (`said`)."""
+    issued = [token for token in issued if token]
     assert issued
     files = [*logs, *(path for path in data.rglob("*") if path.is_file())]
     for path in files:
@@ -263,7 +266,8 @@ async def test_login_then_calls_refresh_and_relogin_after_revocation(provider: P
     finally:
         stop_process(gateway)
     assert "refreshed its OAuth access token" in log.read_text()  # the log was captured, at DEBUG
-    assert_no_token_in(provider, [log, tmp_path / "login.log", tmp_path / "relogin.log"], tmp_path / "data", said)
+    logs = [log, tmp_path / "login.log", tmp_path / "relogin.log"]
+    assert_no_token_in(provider.issued(), logs, tmp_path / "data", said)
 
 
 async def test_a_pre_registered_client_from_the_environment(tmp_path: Path) -> None:
@@ -473,7 +477,7 @@ async def test_each_caller_reaches_the_server_with_their_own_linked_account(prov
                 assert bad.status_code == 400 and "unknown, used or expired" in bad.text
     finally:
         stop_process(gateway)
-    assert_no_token_in(provider, [log, tmp_path / "login.log"], tmp_path / "data", said)
+    assert_no_token_in(provider.issued(), [log, tmp_path / "login.log"], tmp_path / "data", said)
 
 
 def test_check_without_a_key_says_how_to_make_one(provider: Provider, tmp_path: Path) -> None:
@@ -518,3 +522,92 @@ async def test_a_replica_whose_refresh_lost_the_race_uses_the_grant_the_other_st
         second = await auth._usable(refused=None)  # replica B's refresh token was just rotated away
         assert auth.needs_login is None and second.access_token == first.access_token
         assert await binding.grant(None) is not None  # not deleted
+
+
+# ---- RFC 8693 token exchange ----------------------------------------------------------------
+
+JWT_ISSUER = "https://id.example.com/"
+
+
+def _caller_jwts(tmp_path: Path, users: tuple[str, ...]) -> tuple[Path, dict[str, str]]:
+    """A JWKS file and a JWT per user, from one signing key (the callers' identity provider)."""
+    private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    public = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(private.public_key()))
+    jwks = tmp_path / "jwks.json"
+    jwks.write_text(json.dumps({"keys": [{**public, "kid": "k1", "use": "sig", "alg": "RS256"}]}))
+    now = int(time.time())
+    claims = {"iss": JWT_ISSUER, "aud": "mcp-gateway", "exp": now + 3600, "iat": now}
+    return jwks, {u: jwt.encode({**claims, "sub": u}, private, algorithm="RS256", headers={"kid": "k1"}) for u in users}
+
+
+async def test_a_callers_jwt_is_exchanged_for_their_own_token_without_a_browser(tmp_path: Path) -> None:
+    jwks, tokens = _caller_jwts(tmp_path, ("carol", "dave", "eve"))
+    secret, port = "cs-" + os.urandom(12).hex(), free_port()
+    provider = start_provider(
+        "http",
+        "--client",
+        f"gw:{secret}@http://127.0.0.1:{port}/callback",
+        "--exchange-jwks",
+        str(jwks),
+        "--exchange-issuer",
+        JWT_ISSUER,
+    )
+    config = write_config(
+        tmp_path / "gateway.yaml",
+        f"""
+        mcps:
+          web:
+            url: {provider.url}
+            auth:
+              type: oauth
+              per_user: true
+              client_id: gw
+              client_secret: ${{WEB_CLIENT_SECRET}}
+              callback_port: {port}
+              token_exchange: {{token_endpoint: "{provider.issuer}/token"}}
+        auth:
+          jwt: {{jwks_file: {jwks}, issuer: "{JWT_ISSUER}", audience: mcp-gateway, default_profile: everything}}
+          profiles:
+            everything: {{}}
+        """,
+    )
+    env = oauth_env(tmp_path) | {"WEB_CLIENT_SECRET": secret}
+    log = tmp_path / "gateway.log"
+    gateway, url = start_gateway_http(config, tmp_path, env | DEBUG_JSON_LOGS, log=log)
+    said: list[str] = []
+    try:
+        with anyio.fail_after(120):
+            await login(config, env, "web", log=tmp_path / "login.log")  # the catalog's listing only
+            async with gateway_client(url, tokens["dave"]) as client:
+                await wait_for_tool(client, "web__whoami")
+                assert text_of(await client.call_tool("web__whoami", {})) == "dave"
+            async with gateway_client(url, tokens["carol"]) as client:
+                assert text_of(await client.call_tool("web__whoami", {})) == "carol"
+                exchanged = provider.stats()["exchanges"]
+                assert text_of(await client.call_tool("web__whoami", {})) == "carol"
+                assert provider.stats()["exchanges"] == exchanged  # kept until it nears expiry
+                await anyio.sleep(TOKEN_TTL)
+                assert text_of(await client.call_tool("web__whoami", {})) == "carol"
+                assert provider.stats()["exchanges"] == exchanged + 1  # exchanged again
+            async with gateway_client(url, tokens["eve"]) as client:  # the provider refuses eve's exchange
+                refused = await client.call_tool("web__whoami", {})
+                said.append(refused.model_dump_json())
+                assert error_code(refused) == "upstream_unauthorized"
+                assert "refused to exchange the caller's token (invalid_grant)" in text_of(refused)
+                assert refused.meta is not None and "connect_url" in refused.meta[ERROR_META_KEY]  # she may link
+        issued = [*provider.issued(), secret, *tokens.values()]
+    finally:
+        stop_process(gateway)
+        stop_process(provider.process)
+    assert_no_token_in(issued, [log, tmp_path / "login.log"], tmp_path / "data", said)
+
+
+def test_token_exchange_needs_per_user_and_a_client(tmp_path: Path) -> None:
+    body = (
+        "mcps:\n  web:\n    url: http://127.0.0.1:1/mcp\n"
+        "    auth: {type: oauth, token_exchange: {token_endpoint: 'http://127.0.0.1:2/token'}}\n"
+    )
+    with pytest.raises(
+        ConfigError, match=r"mcps.web.auth: .*`token_exchange` needs `per_user: true` and the `client_id`"
+    ):
+        load_config(write_config(tmp_path / "g.yaml", body))

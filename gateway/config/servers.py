@@ -15,7 +15,16 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-__all__ = ["MASK", "PREFIX_MAX", "PREFIX_RE", "SERVER_ID_RE", "OAuthConfig", "ServerConfig", "ToolFilter"]
+__all__ = [
+    "MASK",
+    "PREFIX_MAX",
+    "PREFIX_RE",
+    "SERVER_ID_RE",
+    "OAuthConfig",
+    "ServerConfig",
+    "TokenExchangeConfig",
+    "ToolFilter",
+]
 
 SERVER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 PREFIX_RE = re.compile(r"^[A-Za-z0-9_-]*$")
@@ -38,6 +47,28 @@ class ToolFilter(BaseModel):
         return not any(fnmatch.fnmatchcase(tool_name, p) for p in self.deny)
 
 
+class TokenExchangeConfig(BaseModel):
+    """`auth.token_exchange`: RFC 8693: a caller's own JWT exchanged at an identity provider for a token
+    of this server, with no browser step (per-user servers; callers holding API keys link instead)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    token_endpoint: str
+    """The identity provider's token endpoint that performs the exchange."""
+    audience: str | None = None
+    """The `audience` asked for (RFC 8693 §2.1), besides the server's URL as `resource`."""
+    subject_token_type: Literal["jwt", "access_token"] = "jwt"
+    """How the caller's token is described to the provider."""
+
+    @field_validator("token_endpoint")
+    @classmethod
+    def _check_endpoint(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
+
 class OAuthConfig(BaseModel):
     """`auth: oauth` (or `auth: {type: oauth, ...}`) on an http/sse server: the gateway gets its
     tokens by the MCP authorization spec (`gateway.upstreams.oauth`, docs/oauth.md)."""
@@ -57,6 +88,8 @@ class OAuthConfig(BaseModel):
     """The 127.0.0.1 port `mcp-gateway login` catches the callback on; 0: a free one (dynamic
     registration only: a pre-registered client's redirect URI needs a fixed port)."""
     client_name: str = "mcp-gateway"
+    token_exchange: TokenExchangeConfig | None = None
+    """RFC 8693 exchange of a caller's JWT (with `per_user`): the client given by `client_id` asks for it."""
 
     @model_validator(mode="before")
     @classmethod
@@ -71,6 +104,8 @@ class OAuthConfig(BaseModel):
     def _check_client(self) -> OAuthConfig:
         if self.client_secret is not None and self.client_id is None:
             raise ValueError("`client_secret` needs `client_id` (the pre-registered client it belongs to)")
+        if self.token_exchange is not None and not (self.per_user and self.client_id):
+            raise ValueError("`token_exchange` needs `per_user: true` and the `client_id` that asks for the exchange")
         return self
 
 

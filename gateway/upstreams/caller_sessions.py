@@ -10,7 +10,9 @@ through a session of that caller's, opened with `Authorization: Bearer <token>`.
 A server with `auth: {type: oauth, per_user: true}` gets the same kind of session per caller
 *account* (`request_linked`): opened with the account's own OAuth grant (`spec.oauth_account`),
 never with the gateway's or another caller's. A caller who has not linked an account, or whose
-grant ended, is refused with `upstream_unauthorized` and `needs_login` in its details.
+grant ended, is refused with `upstream_unauthorized` and `needs_login` in its details. With
+`auth.token_exchange`, a caller holding a JWT gets the grant without a browser step: the JWT is
+exchanged (RFC 8693) at the identity provider, again whenever the exchanged token nears expiry.
 
 Such a session is a full supervised `Upstream` with the shared one's settings, keyed by
 a hash of the token, opened on the caller's first request, closed after `idle_seconds`
@@ -31,9 +33,11 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import httpx2
 import mcp_types as types
 
-from gateway.errors import UpstreamUnauthorized
+from gateway.errors import UpstreamUnauthorized, UpstreamUnavailable
+from gateway.upstreams.oauth.grant import Grant, RefreshRefused, exchange
 from gateway.upstreams.upstream import Upstream, UpstreamEvents, UpstreamSpec, unavailable_error
 
 __all__ = ["CallerSessions", "token_key"]
@@ -111,6 +115,8 @@ class CallerSessions:
         self.idle_seconds = idle_seconds
         self.max_sessions = max_sessions
         self._sessions: dict[tuple[str, str], _Session] = {}
+        self._exchanged: dict[tuple[str, str], Grant] = {}
+        """Grants got by token exchange, by session key: exchanged again when about to expire."""
         self._sweeping = False
 
     def __len__(self) -> int:
@@ -144,12 +150,17 @@ class CallerSessions:
         send: Callable[[Any], Awaitable[Any]],
         *,
         timeout: float | None = None,
+        subject_token: str | None = None,
     ) -> Any:
-        """Run one request on `shared`'s per-user OAuth server in the session of `account`'s own grant."""
+        """Run one request on `shared`'s per-user OAuth server in the session of `account`'s own grant.
+        `subject_token`: the caller's own JWT, exchanged for the grant (RFC 8693) when the server's
+        `auth.token_exchange` says where."""
         oauth = shared.spec.oauth
         assert oauth is not None and oauth.per_user
         key = (shared.id, "account:" + token_key(account))
-        if key not in self._sessions and await oauth.grant(account) is None:
+        if oauth.config.token_exchange is not None and subject_token:
+            await self._exchange(shared, account, key, subject_token)
+        elif key not in self._sessions and await oauth.grant(account) is None:
             raise UpstreamUnauthorized(
                 f"Server {shared.id!r} acts as each caller's own account, and this caller has not linked one: "
                 f"{oauth.login_hint(account)}.",
@@ -164,9 +175,37 @@ class CallerSessions:
             session.in_flight -= 1
             session.last_used = anyio.current_time()
 
+    async def _exchange(self, shared: Upstream, account: str, key: tuple[str, str], subject_token: str) -> None:
+        """Make sure `account` holds a grant exchanged from its token, not about to expire."""
+        cached = self._exchanged.get(key)
+        if cached is not None and not cached.expiring():
+            return
+        oauth = shared.spec.oauth
+        assert oauth is not None
+        try:
+            async with httpx2.AsyncClient(timeout=30.0) as client:
+                grant = await exchange(oauth.config, oauth.url, subject_token, client)
+        except RefreshRefused as exc:
+            self._exchanged.pop(key, None)
+            raise UpstreamUnauthorized(
+                f"Server {shared.id!r}: {exc}; {oauth.login_hint(account)}.",
+                server=shared.id,
+                details={"needs_login": True},
+            ) from None
+        except httpx2.HTTPError as exc:
+            raise UpstreamUnavailable(
+                f"Server {shared.id!r}: the identity provider could not be asked for a token ({type(exc).__name__}).",
+                server=shared.id,
+            ) from None
+        await oauth.save(account, grant)
+        self._exchanged[key] = grant
+        logger.info("exchanged a caller's token for one of %r (RFC 8693)", shared.id)
+
     def close_account(self, server: str, account: str) -> None:
         """Close `account`'s session to `server` (its link was removed)."""
-        self._close((server, "account:" + token_key(account)))
+        key = (server, "account:" + token_key(account))
+        self._exchanged.pop(key, None)
+        self._close(key)
 
     def _spec_for_account(self, shared: Upstream, account: str) -> UpstreamSpec:
         return replace(shared.spec, oauth_account=account, health_interval=0)

@@ -15,6 +15,10 @@ test's HTTP client following redirects plays the browser. Test-only routes: `POS
 would), `GET /admin/stats` counts grants and refreshes, `GET /admin/issued` lists every token and
 client secret issued (for the leak test).
 
+With `--exchange-jwks FILE --exchange-issuer ISS`, `/token` also takes RFC 8693 token exchanges:
+a JWT signed by one of those keys, for the pre-registered client, becomes an access token for its
+subject (refused for the user `eve`).
+
 The MCP server's tool `whoami` answers the subject of the token its request came with.
 
 Run: `python tests/servers/oauth_server.py [http|sse] [--token-ttl SECONDS] [--client ...]`
@@ -24,13 +28,17 @@ Run: `python tests/servers/oauth_server.py [http|sse] [--token-ttl SECONDS] [--c
 from __future__ import annotations
 
 import argparse
+import json
 import secrets
 import socket
 import sys
 import time
+from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 import anyio
+import jwt
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import (
     AccessToken,
@@ -64,7 +72,7 @@ class Provider:
         self.codes: dict[str, AuthorizationCode] = {}
         self.access: dict[str, AccessToken] = {}
         self.refresh: dict[str, RefreshToken] = {}
-        self.stats = {"registrations": 0, "codes": 0, "refreshes": 0, "revocations": 0}
+        self.stats = {"registrations": 0, "codes": 0, "refreshes": 0, "revocations": 0, "exchanges": 0}
         self.issued: list[str] = []
         """Every token and client secret ever issued, for the leak test to look for."""
 
@@ -167,6 +175,70 @@ class Provider:
         raise NotImplementedError("not offered by this test server")
 
 
+TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
+REFUSED_SUBJECT = "eve"
+"""A user whose token the exchange refuses (as an identity provider refuses a user without access)."""
+
+
+def _with_token_exchange(app: Any, provider: Provider, jwks_file: str, issuer: str) -> Any:
+    """`POST /token` with the RFC 8693 grant: the caller's JWT (signed by a key of `jwks_file`, from
+    `issuer`) exchanged, for a pre-registered client, for an access token of the requested `resource`.
+    Other token requests go on to the SDK's handler (the body is replayed)."""
+    keys = json.loads(Path(jwks_file).read_text())["keys"]
+    public = {k["kid"]: jwt.algorithms.RSAAlgorithm.from_jwk(json.dumps(k)) for k in keys}
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != "/token" or scope["method"] != "POST":
+            await app(scope, receive, send)
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        form = {k: v[0] for k, v in parse_qs(body.decode()).items()}
+        if form.get("grant_type") != TOKEN_EXCHANGE:
+            sent = False
+
+            async def replay() -> dict[str, Any]:
+                nonlocal sent
+                if sent:
+                    return {"type": "http.disconnect"}
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+
+            await app(scope, replay, send)
+            return
+        response = _exchange(provider, public, issuer, form)
+        await response(scope, receive, send)
+
+    return wrapped
+
+
+def _exchange(provider: Provider, public: dict[str, Any], issuer: str, form: dict[str, str]) -> Response:
+    client = provider.clients.get(form.get("client_id", ""))
+    if client is None or not client.client_secret or form.get("client_secret") != client.client_secret:
+        return JSONResponse({"error": "invalid_client"}, status_code=401)
+    if form.get("subject_token_type") != "urn:ietf:params:oauth:token-type:jwt":
+        return JSONResponse({"error": "invalid_request"}, status_code=400)
+    token = form.get("subject_token", "")
+    try:
+        kid = jwt.get_unverified_header(token)["kid"]
+        claims = jwt.decode(token, public[kid], algorithms=["RS256"], issuer=issuer, options={"verify_aud": False})
+    except (jwt.PyJWTError, KeyError):
+        return JSONResponse({"error": "invalid_grant"}, status_code=400)
+    if claims["sub"] == REFUSED_SUBJECT:
+        return JSONResponse({"error": "invalid_grant", "error_description": "no access"}, status_code=400)
+    provider.stats["exchanges"] += 1
+    assert client.client_id is not None
+    issued = provider._issue(client.client_id, [SCOPE], form.get("resource"), claims["sub"])
+    payload = issued.model_dump(exclude_none=True)
+    payload.pop("refresh_token", None)  # an exchanged token is exchanged again, not refreshed
+    payload["issued_token_type"] = "urn:ietf:params:oauth:token-type:access_token"
+    return JSONResponse(payload)
+
+
 def _bound() -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -175,8 +247,13 @@ def _bound() -> socket.socket:
 
 
 def build(
-    transport: str, as_port: int, rs_port: int, token_ttl: int, client: str | None
-) -> tuple[Starlette, Starlette, Provider]:
+    transport: str,
+    as_port: int,
+    rs_port: int,
+    token_ttl: int,
+    client: str | None,
+    exchange: tuple[str, str] | None = None,
+) -> tuple[Any, Starlette, Provider]:
     issuer = f"http://127.0.0.1:{as_port}"
     resource = f"http://127.0.0.1:{rs_port}/{'mcp' if transport == 'http' else 'sse'}"
     provider = Provider(issuer, token_ttl)
@@ -234,7 +311,9 @@ def build(
         Route("/admin/stats", stats, methods=["GET"]),
         Route("/admin/issued", issued, methods=["GET"]),
     ]
-    authorization_server = Starlette(routes=routes)
+    authorization_server: Any = Starlette(routes=routes)
+    if exchange is not None:
+        authorization_server = _with_token_exchange(authorization_server, provider, *exchange)
 
     mcp = MCPServer(
         "oauth-protected",
@@ -261,12 +340,15 @@ def main() -> None:
     parser.add_argument("transport", choices=["http", "sse"], nargs="?", default="http")
     parser.add_argument("--token-ttl", type=int, default=3600, help="seconds an access token lives")
     parser.add_argument("--client", help="a pre-registered confidential client, ID:SECRET@REDIRECT_URI")
+    parser.add_argument("--exchange-jwks", help="accept RFC 8693 exchanges of JWTs signed by these keys")
+    parser.add_argument("--exchange-issuer", help="... and from this issuer")
     args = parser.parse_args()
     import uvicorn
 
     as_sock, rs_sock = _bound(), _bound()
     as_port, rs_port = as_sock.getsockname()[1], rs_sock.getsockname()[1]
-    as_app, rs_app, _ = build(args.transport, as_port, rs_port, args.token_ttl, args.client)
+    exchange = (args.exchange_jwks, args.exchange_issuer) if args.exchange_jwks else None
+    as_app, rs_app, _ = build(args.transport, as_port, rs_port, args.token_ttl, args.client, exchange)
     servers = [
         uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1))
         for app in (as_app, rs_app)

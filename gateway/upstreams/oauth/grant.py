@@ -16,16 +16,24 @@ from urllib.parse import quote
 import httpx2
 from pydantic import BaseModel, Field
 
+from gateway.config.servers import OAuthConfig
+
 __all__ = [
     "GATEWAY_SLOT",
     "Grant",
     "RefreshRefused",
     "client_slot",
+    "exchange",
     "refresh",
     "revoke",
     "user_slot",
 ]
 
+TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
+TOKEN_TYPES = {
+    "jwt": "urn:ietf:params:oauth:token-type:jwt",
+    "access_token": "urn:ietf:params:oauth:token-type:access_token",
+}
 GATEWAY_SLOT = "gateway"
 """The slot of the gateway's own identity (`mcp-gateway login`)."""
 REFRESH_MARGIN = 60.0
@@ -113,16 +121,54 @@ async def refresh(grant: Grant, client: httpx2.AsyncClient) -> Grant:
     data, headers = grant.client_auth(form)
     response = await client.post(grant.token_endpoint, data=data, headers=headers)
     if response.status_code in (400, 401):
-        try:
-            error = str(response.json().get("error", "refused"))
-        except ValueError:
-            error = "refused"
-        raise RefreshRefused(f"the authorization server refused the refresh token ({error})")
+        raise RefreshRefused(f"the authorization server refused the refresh token ({_refusal(response)})")
     response.raise_for_status()
     payload = response.json()
     if not isinstance(payload, dict) or "access_token" not in payload:
         raise RefreshRefused("the authorization server's refresh answer carries no access token")
     return grant.with_tokens(payload)
+
+
+def _refusal(response: httpx2.Response) -> str:
+    try:
+        return str(response.json().get("error", "refused"))
+    except ValueError:
+        return "refused"
+
+
+async def exchange(config: OAuthConfig, resource: str, subject_token: str, client: httpx2.AsyncClient) -> Grant:
+    """RFC 8693: a grant for `resource` from the caller's own `subject_token`, asked of the configured
+    identity provider by the configured client. `RefreshRefused` when the provider says no."""
+    assert config.token_exchange is not None and config.client_id is not None
+    te = config.token_exchange
+    base = Grant(
+        access_token="",
+        token_endpoint=te.token_endpoint,
+        resource=resource,
+        client_id=config.client_id,
+        client_secret=config.client_secret,
+        token_endpoint_auth_method="client_secret_post" if config.client_secret else None,
+    )
+    form = {
+        "grant_type": TOKEN_EXCHANGE,
+        "subject_token": subject_token,
+        "subject_token_type": TOKEN_TYPES[te.subject_token_type],
+        "requested_token_type": TOKEN_TYPES["access_token"],
+        "resource": resource,
+    }
+    if te.audience:
+        form["audience"] = te.audience
+    if config.scopes:
+        form["scope"] = " ".join(config.scopes)
+    data, headers = base.client_auth(form)
+    response = await client.post(te.token_endpoint, data=data, headers=headers)
+    if response.status_code in (400, 401, 403):
+        raise RefreshRefused(f"the identity provider refused to exchange the caller's token ({_refusal(response)})")
+    response.raise_for_status()
+    payload = response.json()
+    if not isinstance(payload, dict) or "access_token" not in payload:
+        raise RefreshRefused("the identity provider's exchange answer carries no access token")
+    return base.with_tokens(payload)
 
 
 async def revoke(grant: Grant, client: httpx2.AsyncClient) -> bool:
