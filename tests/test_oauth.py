@@ -589,6 +589,9 @@ async def test_a_callers_jwt_is_exchanged_for_their_own_token_without_a_browser(
                 await anyio.sleep(TOKEN_TTL)
                 assert text_of(await client.call_tool("web__whoami", {})) == "carol"
                 assert provider.stats()["exchanges"] == exchanged + 1  # exchanged again
+                provider.revoke_user("carol")  # the provider ended carol's token: exchanged anew, the call goes on
+                assert text_of(await client.call_tool("web__whoami", {})) == "carol"
+                assert provider.stats()["exchanges"] == exchanged + 2
             async with gateway_client(url, tokens["eve"]) as client:  # the provider refuses eve's exchange
                 refused = await client.call_tool("web__whoami", {})
                 said.append(refused.model_dump_json())

@@ -158,8 +158,13 @@ class CallerSessions:
         oauth = shared.spec.oauth
         assert oauth is not None and oauth.per_user
         key = (shared.id, "account:" + token_key(account))
-        if oauth.config.token_exchange is not None and subject_token:
-            await self._exchange(shared, account, key, subject_token)
+        if oauth.config.token_exchange is not None and subject_token is not None:
+            try:
+                return await self._linked_request(shared, account, key, operation, send, timeout, subject_token)
+            except UpstreamUnauthorized as exc:
+                if exc.details.get("exchange_refused"):
+                    raise
+                self._close(key)  # the server refused the exchanged token (revoked): exchange anew, once
         elif key not in self._sessions and await oauth.grant(account) is None:
             raise UpstreamUnauthorized(
                 f"Server {shared.id!r} acts as each caller's own account, and this caller has not linked one: "
@@ -167,13 +172,33 @@ class CallerSessions:
                 server=shared.id,
                 details={"needs_login": True},
             )
-        session = await self._session(shared, key, lambda: self._spec_for_account(shared, account))
-        session.in_flight += 1
+        return await self._linked_request(shared, account, key, operation, send, timeout, subject_token)
+
+    async def _linked_request(
+        self,
+        shared: Upstream,
+        account: str,
+        key: tuple[str, str],
+        operation: str,
+        send: Callable[[Any], Awaitable[Any]],
+        timeout: float | None,
+        subject_token: str | None,
+    ) -> Any:
+        oauth = shared.spec.oauth
+        assert oauth is not None
+        if oauth.config.token_exchange is not None and subject_token is not None:
+            await self._exchange(shared, account, key, subject_token)
         try:
-            return await session.upstream.request(operation, send, timeout=timeout)
-        finally:
-            session.in_flight -= 1
-            session.last_used = anyio.current_time()
+            session = await self._session(shared, key, lambda: self._spec_for_account(shared, account))
+            session.in_flight += 1
+            try:
+                return await session.upstream.request(operation, send, timeout=timeout)
+            finally:
+                session.in_flight -= 1
+                session.last_used = anyio.current_time()
+        except UpstreamUnauthorized:
+            self._exchanged.pop(key, None)  # the server refused it: the next attempt exchanges anew
+            raise
 
     async def _exchange(self, shared: Upstream, account: str, key: tuple[str, str], subject_token: str) -> None:
         """Make sure `account` holds a grant exchanged from its token, not about to expire."""
@@ -190,7 +215,7 @@ class CallerSessions:
             raise UpstreamUnauthorized(
                 f"Server {shared.id!r}: {exc}; {oauth.login_hint(account)}.",
                 server=shared.id,
-                details={"needs_login": True},
+                details={"needs_login": True, "exchange_refused": True},
             ) from None
         except httpx2.HTTPError as exc:
             raise UpstreamUnavailable(
