@@ -37,7 +37,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from gateway.catalog import ServerListing
-from gateway.errors import UpstreamTimeout, UpstreamUnauthorized, UpstreamUnavailable
+from gateway.errors import UpstreamTimeout, UpstreamUnavailable
 from gateway.upstreams.errors import (
     describe,
     server_answered,
@@ -48,7 +48,7 @@ from gateway.upstreams.errors import (
 )
 from gateway.upstreams.health import probe
 from gateway.upstreams.listing import Unsupported, fetch_listing, method_not_found, unsupported_answer
-from gateway.upstreams.oauth.binding import GrantAuth, NeedsLogin
+from gateway.upstreams.oauth.binding import GrantAuth, login_reason, login_refusal
 from gateway.upstreams.on_demand import OnDemand
 from gateway.upstreams.spec import CONNECTED_STATES, LISTED_STATES, ServerState, UpstreamSpec
 from gateway.upstreams.stderr import StderrLog
@@ -205,7 +205,7 @@ class Upstream:
                 await self._serve()
             except Exception as exc:  # noqa: BLE001 - boundary: one upstream's failure must not reach the others
                 logger.debug("server %r failed", self.id, exc_info=True)
-                login = self._needs_login(exc)
+                login = login_reason(self._auth, exc)
                 if login is not None:
                     self.unauthorized = True
                     await self._set_state("needs_login", login)
@@ -256,14 +256,6 @@ class Upstream:
         self._transport_error = None
         self.http_status = None
 
-    def _needs_login(self, exc: BaseException) -> str | None:
-        """Why the attempt needs an OAuth login, if that is why it failed."""
-        if isinstance(exc, NeedsLogin):
-            return str(exc)
-        if self._auth is not None and self._auth.needs_login is not None:
-            return str(self._auth.needs_login)
-        return None
-
     def _reason(self, exc: BaseException) -> str:
         """One line saying why the connection failed, with what the server itself said."""
         reason = describe(exc)
@@ -291,12 +283,9 @@ class Upstream:
         if self.spec.transport == "stdio":
             self.stderr = StderrLog(self.id, self.redact, self.spec.stderr_level)
             errlog = self.stderr.pipe()
-        self._auth = None
-        oauth = self.spec.oauth
+        oauth, self._auth = self.spec.oauth, None
         if oauth is not None:
-            if await oauth.grant(self.spec.oauth_account) is None:
-                raise oauth.needs_login(self.spec.oauth_account, "no OAuth grant is stored")
-            self._auth = oauth.auth(self.spec.oauth_account, on_needs_login=lambda: self._closed.set())
+            self._auth = await oauth.open_auth(self.spec.oauth_account, lambda: self._closed.set())
         try:
             # One scope for the session's whole life: its deadline bounds connecting, then is
             # lifted. (A scope around just the connect would exit before the session's own
@@ -598,16 +587,12 @@ class Upstream:
                 ) from None
 
     def _check_login(self, operation: str) -> None:
-        """Raise `UpstreamUnauthorized` when the request failed because the OAuth grant ended; the
-        connection is closed, and the supervisor waits in `needs_login` for a new grant."""
-        if self._auth is None or self._auth.needs_login is None:
-            return
-        self._closed.set()
-        raise UpstreamUnauthorized(
-            f"Server {self.id!r} refused {operation}: {self._auth.needs_login}.",
-            server=self.id,
-            details={"needs_login": True},
-        )
+        """When the request failed because the OAuth grant ended: close (the supervisor then waits in
+        `needs_login` for a new grant) and say so."""
+        refusal = login_refusal(self.id, self._auth, operation)
+        if refusal is not None:
+            self._closed.set()
+            raise refusal
 
 
 def restart_delay(failures: int) -> float:

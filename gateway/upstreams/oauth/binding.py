@@ -20,10 +20,11 @@ import anyio
 import httpx2
 
 from gateway.config.servers import OAuthConfig
+from gateway.errors import UpstreamUnauthorized
 from gateway.upstreams.oauth.grant import GATEWAY_SLOT, Grant, RefreshRefused, refresh, user_slot
 from gateway.upstreams.oauth.vault import OAuthVaultError, Vault
 
-__all__ = ["GrantAuth", "NeedsLogin", "OAuthBinding", "account_id"]
+__all__ = ["GrantAuth", "NeedsLogin", "OAuthBinding", "account_id", "login_reason", "login_refusal"]
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +87,12 @@ class OAuthBinding:
     def auth(self, account: str | None, on_needs_login: Callable[[], None] | None = None) -> GrantAuth:
         return GrantAuth(self, account, on_needs_login)
 
+    async def open_auth(self, account: str | None, on_needs_login: Callable[[], None]) -> GrantAuth:
+        """The auth of one connection attempt; `NeedsLogin` at once when no grant is stored."""
+        if await self.grant(account) is None:
+            raise self.needs_login(account, "no OAuth grant is stored")
+        return self.auth(account, on_needs_login)
+
     async def wait_for_grant(self, account: str | None, stop: anyio.Event) -> None:
         """Return once a grant is stored for `account` (a login elsewhere, another replica) or `stop` is set."""
         while not stop.is_set():
@@ -99,6 +106,23 @@ class OAuthBinding:
 
     def needs_login(self, account: str | None, why: str) -> NeedsLogin:
         return NeedsLogin(self.server_id, f"{why}; {self.login_hint(account)}")
+
+
+def login_reason(auth: GrantAuth | None, exc: BaseException) -> str | None:
+    """Why a connection attempt needs an OAuth login, if that is why it failed (`exc` may be the
+    transport's own error: the auth's `needs_login` says what lay behind it)."""
+    if isinstance(exc, NeedsLogin):
+        return str(exc)
+    return str(auth.needs_login) if auth is not None and auth.needs_login is not None else None
+
+
+def login_refusal(server: str, auth: GrantAuth | None, operation: str) -> UpstreamUnauthorized | None:
+    """The error for a request that failed because the OAuth grant ended, if it did."""
+    if auth is None or auth.needs_login is None:
+        return None
+    return UpstreamUnauthorized(
+        f"Server {server!r} refused {operation}: {auth.needs_login}.", server=server, details={"needs_login": True}
+    )
 
 
 class GrantAuth(httpx2.Auth):
