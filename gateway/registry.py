@@ -34,13 +34,14 @@ from gateway.calls.validation import ArgumentValidator
 from gateway.catalog import Catalog, Entry, ServerListing, build_catalog
 from gateway.config.security import LimitsConfig
 from gateway.config.settings import Settings
-from gateway.errors import ExecutionError, GatewayError, ToolNotFound
+from gateway.errors import ExecutionError, GatewayError, ToolNotFound, UpstreamUnauthorized
 from gateway.observability.health import server_health
 from gateway.observability.metrics import GatewayMetrics, UpstreamFigures
 from gateway.plugins import PluginManager
 from gateway.relay import Relay
 from gateway.server_specs import RegistrationError
 from gateway.upstreams.caller_sessions import CallerSessions
+from gateway.upstreams.oauth import account_id
 from gateway.upstreams.recursion import ChainError, gateway_chain, is_refusal
 from gateway.upstreams.server_set import OPERATOR_DISABLED, ServerSet, UnknownServer, duplicate_ids
 from gateway.upstreams.spec import ServerState
@@ -367,9 +368,23 @@ class Registry:
         send: Callable[[Any], Awaitable[Any]],
         *,
         timeout: float | None = None,
+        account: str | None = None,
     ) -> Any:
         """`upstream.request`, in the caller's own session when the server takes callers' tokens
-        (`forward_caller_token: true`) and the caller has one to forward; else the shared session."""
+        (`forward_caller_token: true`) and the caller has one to forward, or acts as each caller's
+        own OAuth account (`auth: {per_user: true}`, `account`: the caller's); else the shared session.
+        A per-user server never falls back to the shared session (the gateway's own grant)."""
+        oauth = upstream.spec.oauth
+        if oauth is not None and oauth.per_user:
+            if account is None:
+                raise UpstreamUnauthorized(
+                    f"Server {upstream.id!r} acts as each caller's own account, and this request comes from no "
+                    "authenticated caller (the gateway's `auth:` identifies callers by API key or JWT).",
+                    server=upstream.id,
+                )
+            return await self.caller_sessions.request_linked(
+                upstream, account, operation, send, timeout=timeout, subject_token=caller_token
+            )
         if caller_token and upstream.spec.forward_caller_token:
             return await self.caller_sessions.request(upstream, caller_token, operation, send, timeout=timeout)
         return await upstream.request(operation, send, timeout=timeout)
@@ -454,6 +469,9 @@ class Registry:
             server = owner.id if owner is not None else ""
             return unresolved_call(name, server, arguments, error, notes=notes, caller=caller)
 
+        principal = caller.principal if caller is not None else None
+        account = account_id(principal.name, principal.issuer) if principal is not None else None
+
         async def send(args: dict[str, Any] | None) -> types.CallToolResult:
             result = await self.request_as(
                 caller_token,
@@ -461,6 +479,7 @@ class Registry:
                 f"tools/call {name!r}",
                 lambda c: c.call_tool(entry.original, args, progress_callback=progress, meta=meta),
                 timeout=math.inf,  # `apply_timeout` bounds each attempt with the tool's own timeout
+                account=account,
             )
             if not isinstance(result, types.CallToolResult):
                 raise ExecutionError(f"Server {upstream.id!r} answered {name!r} with something that is not a result.")

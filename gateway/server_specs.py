@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from gateway.config.loader import ConfigError, GatewayConfig, ServerConfig, validate_plugin_settings
 from gateway.config.settings import Settings
 from gateway.plugins import PluginManager
+from gateway.upstreams.oauth import OAuthBinding, Vault, vault_from_settings
 from gateway.upstreams.upstream import UpstreamSpec
 
 __all__ = [
@@ -34,8 +35,10 @@ class RegistrationError(Exception):
     """A plugin registered a server badly (for example, a name already taken)."""
 
 
-def spec_from_config(server: ServerConfig) -> UpstreamSpec:
-    """The connection spec of one YAML-declared server."""
+def spec_from_config(
+    server: ServerConfig, settings: Settings | None = None, vault: Vault | None = None
+) -> UpstreamSpec:
+    """The connection spec of one YAML-declared server (`settings`: for `auth: oauth`, where its tokens are)."""
     target: StdioServerParameters | str
     headers: dict[str, str] = {}
     if server.transport == "stdio":
@@ -72,6 +75,7 @@ def spec_from_config(server: ServerConfig) -> UpstreamSpec:
         start=server.start,
         idle_timeout=server.idle_timeout,
         forward_caller_token=server.forward_caller_token,
+        oauth=_oauth_binding(server, settings, vault),
         stderr_level=logging.getLevelName(server.stderr_log_level.upper()),
     )
 
@@ -88,8 +92,21 @@ def _secrets_of(server: ServerConfig) -> tuple[str, ...]:
     return tuple(sorted(set(values), key=len, reverse=True))
 
 
-def specs_from_config(config: GatewayConfig) -> list[UpstreamSpec]:
-    return [spec_from_config(server) for server in config.servers.values()]
+def _oauth_binding(server: ServerConfig, settings: Settings | None, vault: Vault | None) -> OAuthBinding | None:
+    if server.auth is None:
+        return None
+    assert server.url is not None
+    settings = settings or Settings()
+    vault = vault or vault_from_settings(settings)
+    return OAuthBinding(server.id, server.url, server.auth, vault, poll_interval=settings.oauth.poll_interval)
+
+
+def specs_from_config(config: GatewayConfig, settings: Settings | None = None) -> list[UpstreamSpec]:
+    """The specs of the YAML's servers; `settings` say where OAuth servers' tokens are (default: the environment's)."""
+    vault = None
+    if any(server.auth is not None for server in config.servers.values()):
+        vault = vault_from_settings(settings or Settings())
+    return [spec_from_config(server, settings, vault) for server in config.servers.values()]
 
 
 def plugin_settings(pm: PluginManager, name: str, config: GatewayConfig | None) -> BaseModel | None:

@@ -688,7 +688,7 @@ def test_an_unknown_server_key_without_a_close_one_lists_the_known_keys_includin
     assert err.message == (
         "unknown key 'zzz'; known keys: name, description, command, args, env, cwd, url, headers, transport, type, "
         "protocol, credentials, capabilities, enabled, timeout, tools, prefix, tool_timeouts, retry_tools, "
-        "max_concurrent_calls, health_interval, start, idle_timeout, forward_caller_token, stderr_log_level"
+        "max_concurrent_calls, health_interval, start, idle_timeout, forward_caller_token, stderr_log_level, auth"
     )
 
 

@@ -10,8 +10,10 @@ from gateway.registry import Registry
 from gateway.security.vetting import ToolReport
 from gateway.upstreams.upstream import Upstream
 
-__all__ = ["print_check", "print_table", "server_row"]
+__all__ = ["NOT_FAILED", "print_check", "print_table", "server_row"]
 
+NOT_FAILED = ("ok", "disabled", "needs login")
+"""Statuses `check` does not count as failures: `needs login` is told with the command to run."""
 STDERR_SHOWN = 10
 """Last stderr lines printed under a failed server (`--json` has all that are kept)."""
 
@@ -29,7 +31,7 @@ def server_row(u: Upstream, registry: Registry) -> dict[str, Any]:
         **registry.server_health(u, stderr=True),
         "origin": u.spec.origin,
         "transport": u.spec.transport,
-        "status": "ok" if u.state == "ready" else u.state,
+        "status": "ok" if u.state == "ready" else "needs login" if u.state == "needs_login" else u.state,
         "prompts": len(u.listing.prompts),
         "resources": len(u.listing.resources) + len(u.listing.templates),
         "latency_ms": round(u.connect_ms, 1) if u.connect_ms is not None else None,

@@ -97,7 +97,7 @@ def load(settings: Settings, *, serving: bool) -> tuple[GatewayConfig, Registry,
     config = load_config(settings.config)
     pm, infos = get_plugin_manager(settings)
     check_plugin_sections(config, [info.name for info in infos])
-    specs = specs_from_plugins(pm, settings, config) + specs_from_config(config)
+    specs = specs_from_plugins(pm, settings, config) + specs_from_config(config, settings)
     # Only `serve` has a client to relay sampling, elicitation and roots requests to.
     registry = Registry(specs, settings, relay_requests=serving, plugins=pm)
     vetter = ToolVetter(IntegrityStore.in_dir(settings.data_dir), config.security)

@@ -1,6 +1,7 @@
 """`mcp-gateway`: the command line. One module per command group (`serve`, `servers` for check and
-servers, `tools` for tools, call and search, `keys`, `plugins` for plugins and new-plugin, `evaluate`
-for eval, `stats`, `calls` for the call log, `remote` for reload); this one assembles the parser and runs a command.
+servers, `tools` for tools, call and search, `keys`, `login` for login and logout, `plugins` for
+plugins and new-plugin, `evaluate` for eval, `stats`, `calls` for the call log, `remote` for reload); this one
+assembles the parser and runs a command.
 
 Output is for people by default and for scripts with `--json`. A broken config is
 one clear message on stderr and exit code 2, never a traceback.
@@ -12,7 +13,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from gateway.cli import calls, evaluate, keys, plugins, remote, serve, servers, stats, tools
+from gateway.cli import calls, evaluate, keys, login, plugins, remote, serve, servers, stats, tools
 from gateway.cli.common import (
     EXIT_CONFIG,
     EXIT_FAILED,
@@ -28,7 +29,7 @@ from gateway.version import installed_version
 
 __all__ = ["main", "run"]
 
-COMMAND_GROUPS = (serve, servers, tools, keys, plugins, evaluate, stats, calls, remote)
+COMMAND_GROUPS = (serve, servers, tools, keys, login, plugins, evaluate, stats, calls, remote)
 
 
 def _parser() -> argparse.ArgumentParser:

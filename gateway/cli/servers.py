@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 
-from gateway.cli.check_report import print_check, server_row
+from gateway.cli.check_report import NOT_FAILED, print_check, server_row
 from gateway.cli.common import EXIT_FAILED, EXIT_OK, Usage, load, with_registry
 from gateway.cli.remote import RemoteError, add_key_option, admin_call, running_gateway
 from gateway.config.settings import Settings
@@ -48,7 +48,7 @@ async def _check(registry: Registry, as_json: bool, detailed: bool, vetter: Tool
         return [server_row(u, reg) for u in reg.upstreams.values()]
 
     rows = await with_registry(registry, body)
-    failed = [r for r in rows if r["status"] not in ("ok", "disabled")]
+    failed = [r for r in rows if r["status"] not in NOT_FAILED]
     reports = sorted(vetter.reports.values(), key=lambda r: r.exposed)
     if as_json:
         findings = [{"tool": r.exposed, "server": r.server, "action": r.action, "findings": r.lines()} for r in reports]

@@ -55,7 +55,7 @@ SERVER_KEYS = (
     "name", "description", "command", "args", "env", "cwd", "url", "headers", "transport", "type",
     "protocol", "credentials", "capabilities", "enabled", "timeout", "tools", "prefix",
     "tool_timeouts", "retry_tools", "max_concurrent_calls", "health_interval", "start", "idle_timeout",
-    "forward_caller_token", "stderr_log_level",
+    "forward_caller_token", "stderr_log_level", "auth",
 )  # fmt: skip
 CLAUDE_KEYS = (*SERVER_KEYS, "disabled")  # `mcpServers:` / `servers:` also take Claude Desktop's `disabled`
 TOOL_FILTER_KEYS = ("allow", "deny")
@@ -340,6 +340,8 @@ class _Parser:
             if key == "credentials":
                 continue
             value = self._interpolate(value, (*base, key), mask=False)
+            if key == "auth" and isinstance(value, dict) and "client_secret_file" in value:
+                value = self._client_secret_file(value, (*base, key))
             field: str = RENAMED_KEYS.get(key) or key
             source[field] = key
             values[field] = value
@@ -447,6 +449,16 @@ class _Parser:
                 raise self.error(at, f"environment variable {source} is not set")
             secrets[name] = self.environ[source] if kind == "env" else self._secret_file(source, at)
         return secrets
+
+    def _client_secret_file(self, auth: dict[str, Any], at: KeyPath) -> dict[str, Any]:
+        """`auth: {client_secret_file: PATH}` -> `client_secret` read from the file (relative to the config)."""
+        source = auth["client_secret_file"]
+        if "client_secret" in auth:
+            raise self.error((*at, "client_secret_file"), "give either `client_secret` or `client_secret_file`")
+        if not isinstance(source, str) or not source:
+            raise self.error((*at, "client_secret_file"), "must be a file path")
+        rest = {k: v for k, v in auth.items() if k != "client_secret_file"}
+        return {**rest, "client_secret": self._secret_file(source, (*at, "client_secret_file"))}
 
     def _secret_file(self, source: str, at: KeyPath) -> str:
         path = (self.path.parent / Path(source).expanduser()).resolve()

@@ -11,13 +11,14 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = [
     "EmbeddingSettings",
     "HttpSettings",
     "LearningSettings",
+    "OAuthSettings",
     "PluginSettings",
     "RecordsSettings",
     "ReloadSettings",
@@ -306,6 +307,31 @@ class ReloadSettings(BaseModel):
     )
 
 
+class OAuthSettings(BaseModel):
+    """Upstreams behind OAuth (`auth: oauth` in the YAML; `gateway.upstreams.oauth`, docs/oauth.md)."""
+
+    key: SecretStr | None = Field(
+        default=None,
+        description=(
+            "The Fernet key (urlsafe base64 of 32 bytes) that encrypts stored OAuth tokens; unset: `key_file`. "
+            'Make one with `python -c "from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())"`.'
+        ),
+    )
+    key_file: Path | None = Field(default=None, description="A file holding the Fernet key, when `key` is unset.")
+    public_url: str | None = Field(
+        default=None,
+        description=(
+            "The gateway's address as a browser reaches it (`https://gateway.example.com`), for the "
+            "`/connect/callback` of per-user links; unset: the address the linking request came to."
+        ),
+    )
+    poll_interval: float = Field(
+        default=2.0,
+        gt=0,
+        description="Seconds between looks in the token store while a server waits for `mcp-gateway login`.",
+    )
+
+
 class Settings(BaseSettings):
     """Everything that is not in the YAML file."""
 
@@ -362,6 +388,7 @@ class Settings(BaseSettings):
     records: RecordsSettings = Field(default_factory=RecordsSettings)
     tracing: TracingSettings = Field(default_factory=TracingSettings)
     reload: ReloadSettings = Field(default_factory=ReloadSettings)
+    oauth: OAuthSettings = Field(default_factory=OAuthSettings)
 
     @field_validator("database_url")
     @classmethod

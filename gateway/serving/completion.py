@@ -11,6 +11,7 @@ from mcp.shared.exceptions import MCPError
 from gateway.registry import Registry
 from gateway.security.http_guard import forwardable_token, principal_in
 from gateway.security.scopes import server_visible
+from gateway.serving.connect import caller_account
 from gateway.serving.passthrough import as_protocol_error
 from gateway.serving.startup import StartupWait
 
@@ -51,5 +52,6 @@ class Completion:
                 upstream,
                 "completion/complete",
                 lambda c: c.session.complete(upstream_ref, argument, context),
+                account=caller_account(principal_in(ctx.request)),
             )
         )

@@ -1,5 +1,6 @@
 """The streamable-HTTP transport: the MCP endpoint, `POST /route`, `POST /feedback`, `GET /healthz`,
-`/readyz` and `/metrics`, the operator console under `/admin` (`gateway.serving.admin`), the listening
+`/readyz`, `/metrics`, `/connect` (per-user OAuth links, `gateway.serving.connect`), the operator console
+under `/admin` (`gateway.serving.admin`), the listening
 socket and uvicorn.
 
 Host and Origin headers are checked on every route against DNS rebinding: loopback
@@ -40,6 +41,7 @@ from gateway.security.scopes import visible
 from gateway.serving.admin.access import ADMIN_PREFIX, with_console
 from gateway.serving.admin.api import api_routes
 from gateway.serving.admin.ui import close_console, ui_routes
+from gateway.serving.connect import CALLBACK_PATH, Connector, connect_routes
 from gateway.serving.exposure import NO_TOOL_FITS, openai_function, tool_payload, unknown_mode
 from gateway.serving.server import GatewayServer
 
@@ -214,6 +216,12 @@ def build_http_app(gateway: GatewayServer, settings: Settings, *, admin: bool = 
         routes.append(Route(METRICS_PATH, metrics, methods=["GET"]))
         if settings.http.metrics_public:
             public_paths += (METRICS_PATH,)
+    if any(u.spec.oauth is not None and u.spec.oauth.per_user for u in gateway.registry.upstreams.values()):
+        # Per-user OAuth links; the provider's callback comes from a browser with no credentials.
+        connector = Connector(gateway.registry, settings.oauth.public_url)
+        gateway.tools.links = connector
+        routes += connect_routes(connector)
+        public_paths += (CALLBACK_PATH,)
     # The health routes skip the Host check and authentication (`http_guard.PUBLIC_PATHS`):
     # load balancers probe by IP address, without credentials.
     app = gateway.server.streamable_http_app(

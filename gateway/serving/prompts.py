@@ -13,6 +13,7 @@ from gateway.registry import Registry
 from gateway.relay import Interactions
 from gateway.security.http_guard import forwardable_token, principal_in
 from gateway.security.scopes import server_visible, visible
+from gateway.serving.connect import caller_account
 from gateway.serving.pagination import page
 from gateway.serving.passthrough import as_protocol_error, expose_block, forwarded_meta
 from gateway.serving.startup import StartupWait
@@ -56,6 +57,7 @@ class PromptHandlers:
                 upstream,
                 f"prompts/get {params.name!r}",
                 lambda c: c.get_prompt(original, params.arguments, meta=forwarded_meta(ctx)),
+                account=caller_account(principal_in(ctx.request)),
             )
             messages = [
                 m.model_copy(update={"content": expose_block(m.content, upstream.spec.prefix)}) for m in result.messages

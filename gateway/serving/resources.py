@@ -16,6 +16,7 @@ from gateway.registry import Registry
 from gateway.relay import Interactions, connection_of
 from gateway.security.http_guard import forwardable_token, principal_in
 from gateway.security.scopes import server_visible, visible
+from gateway.serving.connect import caller_account
 from gateway.serving.notifications import Notifications
 from gateway.serving.pagination import page
 from gateway.serving.passthrough import as_protocol_error, forwarded_meta, rename_contents
@@ -85,6 +86,7 @@ class ResourceHandlers:
                 upstream,
                 f"resources/read {params.uri!r}",
                 lambda c: c.read_resource(original, meta=forwarded_meta(ctx), cache_mode="bypass"),
+                account=caller_account(principal_in(ctx.request)),
             )
             return rename_contents(result, original, params.uri, upstream.spec.prefix)
 

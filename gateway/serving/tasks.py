@@ -47,7 +47,8 @@ from mcp.shared.exceptions import MCPError
 
 from gateway.errors import GatewayError, error_result
 from gateway.relay import connection_of
-from gateway.security.http_guard import forwardable_token
+from gateway.security.http_guard import forwardable_token, principal_in
+from gateway.serving.connect import caller_account
 from gateway.serving.exposure import GATEWAY_TOOL_NAMES
 from gateway.serving.passthrough import expose_result_uris, forwarded_meta, relayed_error
 from gateway.upstreams.tasks import TASKS_PROTOCOL_VERSION, runs_tasks, send_raw, task_support, tasks_of
@@ -355,7 +356,12 @@ class TaskProxy:
     ) -> dict[str, Any]:
         token = forwardable_token(ctx.request)
         result: dict[str, Any] = await self.registry.request_as(
-            token, upstream, operation, lambda client: send_raw(client, method, params), timeout=timeout
+            token,
+            upstream,
+            operation,
+            lambda client: send_raw(client, method, params),
+            timeout=timeout,
+            account=caller_account(principal_in(ctx.request)),
         )
         return result
 

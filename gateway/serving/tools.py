@@ -61,6 +61,7 @@ from gateway.serving.tasks import TaskProxy
 if TYPE_CHECKING:
     from gateway.records.service import Records
     from gateway.security.auth import Principal
+    from gateway.serving.connect import Connector
 
 __all__ = ["ToolHandlers"]
 
@@ -98,6 +99,8 @@ class ToolHandlers:
         registry.check_calls(security.limits)
         """Task-augmented calls (`gateway.serving.tasks`), checked as other calls are (`prepare_call`)."""
         self._session_tools: weakref.WeakKeyDictionary[Any, SessionTools] = weakref.WeakKeyDictionary()
+        self.links: Connector | None = None
+        """Per-user OAuth links (`gateway.serving.connect`), over HTTP only: set by the HTTP app."""
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -183,6 +186,11 @@ class ToolHandlers:
         except MCPError as exc:  # a protocol error the upstream sent stays one
             raise relayed_error(exc) from None
         except GatewayError as exc:
+            if self.links is not None:  # a per-user OAuth server the caller has not linked: the link
+                answer = await self.links.for_error(exc, ctx.request, ctx.session.client_capabilities)
+                if isinstance(answer, MCPError):
+                    raise answer from None
+                exc = answer if isinstance(answer, GatewayError) else exc
             return _with_feedback_token(error_result(exc), notes)
 
     def caller(self, ctx: ServerRequestContext[Any, Any]) -> Caller:

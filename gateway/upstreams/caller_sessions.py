@@ -7,6 +7,13 @@ is asking (its own access control, audit, per-user quota): requests made for a c
 who presented a forwardable token (see `gateway.security.http_guard.forwardable_token`) go
 through a session of that caller's, opened with `Authorization: Bearer <token>`.
 
+A server with `auth: {type: oauth, per_user: true}` gets the same kind of session per caller
+*account* (`request_linked`): opened with the account's own OAuth grant (`spec.oauth_account`),
+never with the gateway's or another caller's. A caller who has not linked an account, or whose
+grant ended, is refused with `upstream_unauthorized` and `needs_login` in its details. With
+`auth.token_exchange`, a caller holding a JWT gets the grant without a browser step: the JWT is
+exchanged (RFC 8693) at the identity provider, again whenever the exchanged token nears expiry.
+
 Such a session is a full supervised `Upstream` with the shared one's settings, keyed by
 a hash of the token, opened on the caller's first request, closed after `idle_seconds`
 without requests, and at most `max_sessions` are kept (the least recently used idle
@@ -26,10 +33,12 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import httpx2
 import mcp_types as types
 
-from gateway.errors import UpstreamUnauthorized
-from gateway.upstreams.upstream import Upstream, UpstreamEvents, unavailable_error
+from gateway.errors import UpstreamUnauthorized, UpstreamUnavailable
+from gateway.upstreams.oauth.grant import Grant, RefreshRefused, exchange
+from gateway.upstreams.upstream import Upstream, UpstreamEvents, UpstreamSpec, unavailable_error
 
 __all__ = ["CallerSessions", "token_key"]
 
@@ -54,8 +63,10 @@ class _Session:
         would only delay the answer."""
         upstream = self.upstream
         with anyio.move_on_after(upstream.startup_timeout):
-            while not upstream.connected and not (upstream.state == "failed" and upstream.unauthorized):
+            refused = (upstream.state == "failed" and upstream.unauthorized) or upstream.state == "needs_login"
+            while not upstream.connected and not refused:
                 await self.events.changed.wait()
+                refused = (upstream.state == "failed" and upstream.unauthorized) or upstream.state == "needs_login"
 
 
 class _CallerEvents:
@@ -104,6 +115,8 @@ class CallerSessions:
         self.idle_seconds = idle_seconds
         self.max_sessions = max_sessions
         self._sessions: dict[tuple[str, str], _Session] = {}
+        self._exchanged: dict[tuple[str, str], Grant] = {}
+        """Grants got by token exchange, by session key: exchanged again when about to expire."""
         self._sweeping = False
 
     def __len__(self) -> int:
@@ -119,7 +132,9 @@ class CallerSessions:
         timeout: float | None = None,
     ) -> Any:
         """Run one request on `shared`'s server in the session of the caller holding `token`."""
-        session = await self._session(shared, token)
+        session = await self._session(
+            shared, (shared.id, token_key(token)), lambda: self._spec_for_token(shared, token)
+        )
         session.in_flight += 1
         try:
             return await session.upstream.request(operation, send, timeout=timeout)
@@ -127,11 +142,112 @@ class CallerSessions:
             session.in_flight -= 1
             session.last_used = anyio.current_time()
 
-    async def _session(self, shared: Upstream, token: str) -> _Session:
-        key = (shared.id, token_key(token))
+    async def request_linked(
+        self,
+        shared: Upstream,
+        account: str,
+        operation: str,
+        send: Callable[[Any], Awaitable[Any]],
+        *,
+        timeout: float | None = None,
+        subject_token: str | None = None,
+    ) -> Any:
+        """Run one request on `shared`'s per-user OAuth server in the session of `account`'s own grant.
+        `subject_token`: the caller's own JWT, exchanged for the grant (RFC 8693) when the server's
+        `auth.token_exchange` says where."""
+        oauth = shared.spec.oauth
+        assert oauth is not None and oauth.per_user
+        key = (shared.id, "account:" + token_key(account))
+        if oauth.config.token_exchange is not None and subject_token is not None:
+            try:
+                return await self._linked_request(shared, account, key, operation, send, timeout, subject_token)
+            except UpstreamUnauthorized as exc:
+                if exc.details.get("exchange_refused"):
+                    raise
+                self._close(key)  # the server refused the exchanged token (revoked): exchange anew, once
+        elif key not in self._sessions and await oauth.grant(account) is None:
+            raise UpstreamUnauthorized(
+                f"Server {shared.id!r} acts as each caller's own account, and this caller has not linked one: "
+                f"{oauth.login_hint(account)}.",
+                server=shared.id,
+                details={"needs_login": True},
+            )
+        return await self._linked_request(shared, account, key, operation, send, timeout, subject_token)
+
+    async def _linked_request(
+        self,
+        shared: Upstream,
+        account: str,
+        key: tuple[str, str],
+        operation: str,
+        send: Callable[[Any], Awaitable[Any]],
+        timeout: float | None,
+        subject_token: str | None,
+    ) -> Any:
+        oauth = shared.spec.oauth
+        assert oauth is not None
+        if oauth.config.token_exchange is not None and subject_token is not None:
+            await self._exchange(shared, account, key, subject_token)
+        try:
+            session = await self._session(shared, key, lambda: self._spec_for_account(shared, account))
+            session.in_flight += 1
+            try:
+                return await session.upstream.request(operation, send, timeout=timeout)
+            finally:
+                session.in_flight -= 1
+                session.last_used = anyio.current_time()
+        except UpstreamUnauthorized:
+            self._exchanged.pop(key, None)  # the server refused it: the next attempt exchanges anew
+            raise
+
+    async def _exchange(self, shared: Upstream, account: str, key: tuple[str, str], subject_token: str) -> None:
+        """Make sure `account` holds a grant exchanged from its token, not about to expire."""
+        cached = self._exchanged.get(key)
+        if cached is not None and not cached.expiring():
+            return
+        oauth = shared.spec.oauth
+        assert oauth is not None
+        try:
+            async with httpx2.AsyncClient(timeout=30.0) as client:
+                grant = await exchange(oauth.config, oauth.url, subject_token, client)
+        except RefreshRefused as exc:
+            self._exchanged.pop(key, None)
+            raise UpstreamUnauthorized(
+                f"Server {shared.id!r}: {exc}; {oauth.login_hint(account)}.",
+                server=shared.id,
+                details={"needs_login": True, "exchange_refused": True},
+            ) from None
+        except httpx2.HTTPError as exc:
+            raise UpstreamUnavailable(
+                f"Server {shared.id!r}: the identity provider could not be asked for a token ({type(exc).__name__}).",
+                server=shared.id,
+            ) from None
+        await oauth.save(account, grant)
+        self._exchanged[key] = grant
+        logger.info("exchanged a caller's token for one of %r (RFC 8693)", shared.id)
+
+    def close_account(self, server: str, account: str) -> None:
+        """Close `account`'s session to `server` (its link was removed)."""
+        key = (server, "account:" + token_key(account))
+        self._exchanged.pop(key, None)
+        self._close(key)
+
+    def _spec_for_account(self, shared: Upstream, account: str) -> UpstreamSpec:
+        return replace(shared.spec, oauth_account=account, health_interval=0)
+
+    def _spec_for_token(self, shared: Upstream, token: str) -> UpstreamSpec:
+        headers = {name: value for name, value in shared.spec.headers.items() if name.lower() != "authorization"}
+        return replace(
+            shared.spec,
+            headers={**headers, "Authorization": f"Bearer {token}"},
+            secrets=(*shared.spec.secrets, token),
+            health_interval=0,  # idle sessions are closed instead; a broken one is noticed by its next request
+        )
+
+    async def _session(self, shared: Upstream, key: tuple[str, str], make_spec: Callable[[], UpstreamSpec]) -> _Session:
         session = self._sessions.get(key)
         if session is None:
-            session = self._open(shared, token, key)
+            session = self._open(shared, make_spec(), key)
         session.last_used = anyio.current_time()
         upstream = session.upstream
         if not upstream.connected:
@@ -142,6 +258,12 @@ class CallerSessions:
                 session.in_flight -= 1
         if not upstream.connected:
             self._close(key)
+            if upstream.state == "needs_login":
+                raise UpstreamUnauthorized(
+                    f"Server {shared.id!r} cannot act as this caller: {upstream.reason}.",
+                    server=shared.id,
+                    details={"needs_login": True},
+                )
             if upstream.unauthorized:
                 raise UpstreamUnauthorized(
                     f"Server {shared.id!r} refused the caller's token (HTTP {upstream.http_status}); "
@@ -152,16 +274,9 @@ class CallerSessions:
             raise unavailable_error(upstream)
         return session
 
-    def _open(self, shared: Upstream, token: str, key: tuple[str, str]) -> _Session:
+    def _open(self, shared: Upstream, spec: UpstreamSpec, key: tuple[str, str]) -> _Session:
         if len(self._sessions) >= self.max_sessions:
             self._evict_one()
-        headers = {name: value for name, value in shared.spec.headers.items() if name.lower() != "authorization"}
-        spec = replace(
-            shared.spec,
-            headers={**headers, "Authorization": f"Bearer {token}"},
-            secrets=(*shared.spec.secrets, token),
-            health_interval=0,  # idle sessions are closed instead; a broken one is noticed by its next request
-        )
         events = _CallerEvents(self.owner)
         upstream = Upstream(
             spec,

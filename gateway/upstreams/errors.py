@@ -73,6 +73,12 @@ def translate_error(
 
 def unavailable_error(upstream: DownServer) -> UpstreamUnavailable | UpstreamUnauthorized:
     """The error for a call to a server that is not connected: unauthorized, or just unavailable."""
+    if upstream.state == "needs_login":
+        return UpstreamUnauthorized(
+            f"Server {upstream.id!r} is waiting for an OAuth login: {upstream.reason}.",
+            server=upstream.id,
+            details={"needs_login": True},
+        )
     if upstream.unauthorized:
         return UpstreamUnauthorized(
             f"Server {upstream.id!r} refused the gateway's credentials ({upstream.reason}). "

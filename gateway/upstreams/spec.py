@@ -5,14 +5,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from mcp import StdioServerParameters
 from mcp.server import MCPServer, Server
 
+if TYPE_CHECKING:
+    from gateway.upstreams.oauth.binding import OAuthBinding
+
 __all__ = ["CONNECTED_STATES", "LISTED_STATES", "ServerState", "Transport", "UpstreamSpec"]
 
-ServerState = Literal["starting", "ready", "degraded", "idle", "failed", "disabled", "stopped"]
+ServerState = Literal["starting", "ready", "degraded", "idle", "needs_login", "failed", "disabled", "stopped"]
+"""`needs_login`: an OAuth server with no usable grant, waiting (without retrying) for one to be stored."""
 CONNECTED_STATES = ("ready", "degraded")
 """States in which requests are sent: `degraded` is connected but failing health checks."""
 LISTED_STATES = (*CONNECTED_STATES, "idle")
@@ -53,6 +57,10 @@ class UpstreamSpec:
     """Seconds without calls after which an on-demand server is stopped."""
     forward_caller_token: bool = False
     """Whether requests made for a caller carry the caller's own bearer token (`gateway.upstreams.caller_sessions`)."""
+    oauth: OAuthBinding | None = None
+    """`auth: oauth`: where the server's grants are and how requests carry them (`gateway.upstreams.oauth`)."""
+    oauth_account: str | None = None
+    """Whose grant this session uses: None for the gateway's own, a caller's account for `per_user` sessions."""
     secrets: tuple[str, ...] = field(default=(), repr=False)
     """Credential and header values, masked wherever the server's words are repeated."""
     stderr_level: int = logging.DEBUG

@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import httpx2
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from opentelemetry import propagate, trace
@@ -81,16 +82,16 @@ async def _inject_trace_context(request: Any) -> None:
 
 @asynccontextmanager
 async def http_transport(
-    url: str, headers: Mapping[str, str], on_status: Callable[[int], None]
+    url: str, headers: Mapping[str, str], on_status: Callable[[int], None], auth: httpx2.Auth | None = None
 ) -> AsyncIterator[tuple[Any, Any]]:
     """Streamable HTTP, reporting every response's status (the SDK turns 401 and 500 alike
     into one generic JSON-RPC error, and the status is what tells them apart), and carrying the
-    trace context in each request's headers while tracing is on."""
+    trace context in each request's headers while tracing is on. `auth`: an OAuth server's tokens."""
 
     async def report(response: Any) -> None:
         on_status(response.status_code)
 
-    async with create_mcp_http_client(headers=dict(headers)) as http_client:
+    async with create_mcp_http_client(headers=dict(headers), auth=auth) as http_client:
         http_client.event_hooks["response"].append(report)
         # While tracing is on: `traceparent` in the headers too, for a server traced at its HTTP layer.
         if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):  # a provider is installed

@@ -49,6 +49,7 @@ from gateway.upstreams.errors import (
 from gateway.upstreams.health import probe
 from gateway.upstreams.in_flight import InFlight
 from gateway.upstreams.listing import Unsupported, fetch_listing, method_not_found, unsupported_answer
+from gateway.upstreams.oauth.binding import GrantAuth, login_reason, login_refusal
 from gateway.upstreams.on_demand import OnDemand
 from gateway.upstreams.spec import CONNECTED_STATES, LISTED_STATES, ServerState, UpstreamSpec
 from gateway.upstreams.stderr import StderrLog
@@ -158,6 +159,8 @@ class Upstream:
         """The optional methods this server turned out not to support."""
         self.sessions = 0
         """How many sessions have completed their handshake: a new number is a fresh connection."""
+        self._auth: GrantAuth | None = None
+        """The OAuth auth of the current connection attempt (`auth: oauth` servers)."""
         self.client_extensions: list[ClientExtension] = []
         """SDK client extensions every session to this server gets (the registry's task status binding)."""
         self.requests = InFlight()
@@ -205,12 +208,25 @@ class Upstream:
                 await self._serve()
             except Exception as exc:  # noqa: BLE001 - boundary: one upstream's failure must not reach the others
                 logger.debug("server %r failed", self.id, exc_info=True)
-                await self._set_state("failed", self._reason(exc))
+                login = login_reason(self._auth, exc)
+                if login is not None:
+                    self.unauthorized = True
+                    await self._set_state("needs_login", login)
+                else:
+                    await self._set_state("failed", self._reason(exc))
             finally:
                 self._client, self.pid, self.subscriptions.listening = None, None, False
                 self._ready.set()
             if self._stop.is_set():
                 break
+            if self.state == "needs_login" and self.spec.oauth is not None:
+                # Not retried in a loop: the server waits for a grant to be stored (a login, a link, a replica).
+                await self.spec.oauth.wait_for_grant(self.spec.oauth_account, self._stop)
+                failures = 0
+                self._new_attempt()
+                if not self._stop.is_set():
+                    await self._set_state("starting", "an OAuth grant was stored; connecting")
+                continue
             if self.on_demand.went_idle:
                 self.on_demand.went_idle, failures = False, 0
                 timeout = f"{self.spec.idle_timeout:g}"
@@ -270,6 +286,9 @@ class Upstream:
         if self.spec.transport == "stdio":
             self.stderr = StderrLog(self.id, self.redact, self.spec.stderr_level)
             errlog = self.stderr.pipe()
+        oauth, self._auth = self.spec.oauth, None
+        if oauth is not None:
+            self._auth = await oauth.open_auth(self.spec.oauth_account, lambda: self._closed.set())
         try:
             # One scope for the session's whole life: its deadline bounds connecting, then is
             # lifted. (A scope around just the connect would exit before the session's own
@@ -331,10 +350,11 @@ class Upstream:
             target = watched(stdio_child(spec.target, errlog or sys.stderr, self._on_spawn), self._closed)
         elif spec.transport == "http":
             assert isinstance(spec.target, str)
-            target = watched(http_transport(spec.target, spec.headers, self._on_http_status), self._closed)
+            http = http_transport(spec.target, spec.headers, self._on_http_status, auth=self._auth)
+            target = watched(http, self._closed)
         else:
             assert isinstance(spec.target, str)
-            target = watched(sse_client(spec.target, headers=dict(spec.headers)), self._closed)
+            target = watched(sse_client(spec.target, headers=dict(spec.headers), auth=self._auth), self._closed)
         relay: dict[str, Any] = {}
         if self.relay_requests:
             relay = {
@@ -564,6 +584,7 @@ class Upstream:
                     sent=True,
                 ) from None
             except MCPError as exc:
+                self._check_login(operation)
                 answer = unsupported_answer(operation)
                 if answer is not None and method_not_found(exc):
                     self.unsupported.note(operation)
@@ -573,12 +594,21 @@ class Upstream:
                     self._closed.set()
                 raise error from None
             except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+                self._check_login(operation)
                 self._closed.set()
                 raise UpstreamUnavailable(
                     f"Server {self.id!r} could not be reached for {operation}: {self.redact(describe(exc))}.",
                     server=self.id,
                     sent=not isinstance(exc, ConnectionRefusedError),
                 ) from None
+
+    def _check_login(self, operation: str) -> None:
+        """When the request failed because the OAuth grant ended: close (the supervisor then waits in
+        `needs_login` for a new grant) and say so."""
+        refusal = login_refusal(self.id, self._auth, operation)
+        if refusal is not None:
+            self._closed.set()
+            raise refusal
 
 
 def restart_delay(failures: int) -> float:
