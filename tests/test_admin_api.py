@@ -131,6 +131,8 @@ def test_an_admin_key_is_served_a_non_admin_key_gets_403_and_no_key_401(gateway:
 def test_a_browser_logs_in_with_an_admin_key_and_its_cookie_is_httponly_and_strict(gateway: Deployment) -> None:
     assert post(gateway, "/login", key=None, data={"key": KEYS["ops"]}).status_code == 403
     assert post(gateway, "/login", key=None, data={"key": ""}).status_code == 401
+    broken = post(gateway, "/login", key=None, content=b"{", headers={"Content-Type": "application/json"})
+    assert broken.status_code == 400 and "the body must be JSON" in broken.json()["message"]
     with httpx2.Client(base_url=gateway.api, timeout=30) as browser:
         response = browser.post("/login", data={"key": KEYS["root"]})
         assert response.status_code == 200 and response.json()["principal"] == "root"
