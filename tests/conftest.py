@@ -32,8 +32,10 @@ FIXTURE_PLUGINS = REPO / "tests" / "fixtures" / "plugins"
 ONE_WORKER_MODULES = frozenset(
     f"tests/{name}.py"
     for name in (
+        "test_admin_api",  # a module fixture: one gateway whose audit log the tests read
         "test_caller_tokens",  # module fixtures: a gateway and the servers behind it
         "test_compat",  # session fixtures: the whole third-party matrix runs once, behind one gateway
+        "test_console_ui",  # one gateway and one Chromium for the module, not one per worker
         "test_fuzz",  # and its last test checks what the others sent to that gateway
         "test_openapi_plugin",
         "test_packaging",  # a module fixture: the wheel and the fresh venv are built once

@@ -145,6 +145,7 @@ def test_a_browser_logs_in_with_an_admin_key_and_its_cookie_is_httponly_and_stri
 
 
 def test_a_cookie_post_without_the_csrf_token_is_refused_and_with_it_accepted(gateway: Deployment) -> None:
+    assert post(gateway, "/login", key=None, data={"key": KEYS["ops"]}).status_code == 403  # audited too
     with httpx2.Client(base_url=gateway.api, timeout=30) as browser:
         csrf = browser.post("/login", data={"key": KEYS["root"]}).json()["csrf"]
         refused = browser.post("/tools/alpha__echo/disable")
