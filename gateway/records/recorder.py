@@ -53,6 +53,12 @@ class CallRecorder:
         self.submit = submit
         self.trail = trail
         self.refused = refused
+        self.started: dict[str, float] = {}
+        """Execution id -> start time (`at`) of the calls under way: not yet handed to `submit`."""
+
+    def oldest(self) -> float | None:
+        """The start time of the longest call under way, None when none is (see `Records.signal_horizon`)."""
+        return min(self.started.values(), default=None)
 
     async def __call__(self, call: ToolCall, call_next: CallHandler) -> types.CallToolResult:
         notes = call.notes
@@ -70,6 +76,7 @@ class CallRecorder:
 
         call.send = send_noting_failures
         at, started = time.time(), time.perf_counter()
+        self.started[execution_id] = at
         record = PendingExecution(
             id=execution_id,
             at=at,
@@ -100,3 +107,4 @@ class CallRecorder:
                 record.latency_ms = (time.perf_counter() - started) * 1000
                 record.attempts = call.attempts
                 self.submit(record)
+            del self.started[execution_id]  # after it is in the writer's buffer: never in neither
