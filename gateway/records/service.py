@@ -29,7 +29,7 @@ from gateway.records.writer import RecordWriter
 from gateway.router.signals import UsageSignal
 from gateway.sizes import cut_bytes
 
-__all__ = ["SQLITE_FILE", "Records", "open_store"]
+__all__ = ["FEEDBACK_MARGIN", "SQLITE_FILE", "Records", "open_store"]
 
 logger = logging.getLogger(__name__)
 

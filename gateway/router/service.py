@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from gateway.upstreams.upstream import Upstream
 
 __all__ = [
+    "LATE_SIGNAL_SECONDS",
     "RouterService",
     "RouterUnavailable",
     "SignalCursor",

@@ -43,6 +43,8 @@ from gateway.serving.server import GatewayServer
 
 __all__ = [
     "METRICS_PATH",
+    "CoalescingH11Protocol",
+    "CoalescingTransport",
     "bind_socket",
     "build_http_app",
     "metrics_endpoint",
