@@ -9,6 +9,10 @@ it in `call.notes` for the server, which puts it in the result's `_meta`.
 A call an admission layer refused (`REFUSED_NOTE`: hidden or unknown tool, limits, a server
 that is down, a tool the client cannot run) never reached a server: it is recorded as refused,
 with a summary of its arguments and nothing for the router to learn from (`refused`).
+
+It keeps the start time of every call under way (`started`, `oldest()`) until the call's
+record is in the writer's buffer, so `Records.signal_horizon` knows how late a record can
+still land.
 """
 
 from __future__ import annotations
@@ -103,8 +107,10 @@ class CallRecorder:
                 record.error = error
             raise
         finally:
-            if not refused:
-                record.latency_ms = (time.perf_counter() - started) * 1000
-                record.attempts = call.attempts
-                self.submit(record)
-            del self.started[execution_id]  # after it is in the writer's buffer: never in neither
+            try:
+                if not refused:
+                    record.latency_ms = (time.perf_counter() - started) * 1000
+                    record.attempts = call.attempts
+                    self.submit(record)
+            finally:
+                del self.started[execution_id]  # after it is in the writer's buffer: never in neither
