@@ -5,11 +5,13 @@ Ranking tests use the real default embedding model (the bundled all-MiniLM-L6-v2
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import subprocess
 import sys
 import time
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,7 +27,7 @@ from gateway.router.eval import EvalQuery, load_catalog, load_queries
 from gateway.router.index import Router
 from gateway.router.learning import LearningConfig, UsageModel, lexical_vector
 from gateway.router.replay import run_replay, simulate_feedback, split_queries
-from gateway.router.service import RouterService, SignalCursor, build_router
+from gateway.router.service import LATE_SIGNAL_SECONDS, RouterService, SignalCursor, build_router
 from gateway.router.signals import UsageSignal
 from gateway.upstreams.upstream import UpstreamSpec
 from tests.conftest import REPO, gateway_env
@@ -266,6 +268,36 @@ def test_the_cursor_returns_each_signal_once_even_when_reads_overlap() -> None:
     late = signal("c", 1.0, at=NOW - 10)  # written late, but within the overlap
     assert cursor.new([*first, late]) == [late]
     assert cursor.new([]) == []
+
+
+def test_the_cursor_keeps_no_signal_it_has_read_and_forgets_those_before_the_overlap() -> None:
+    # At 200 calls a second every read overlaps the last 120 s: the cursor kept those 24,000
+    # signals (and built sets of them at each read), which took a soaking gateway up by tens of MB.
+    cursor = SignalCursor()
+    read = [signal("t", 1.0, at=NOW + i / 200) for i in range(24_000)]
+    refs = [weakref.ref(s) for s in read[::1000]]
+    assert len(cursor.new(read)) == 24_000
+    del read
+    gc.collect()
+    assert all(ref() is None for ref in refs)
+    assert len(cursor) == 24_000  # all within the overlap: remembered, as hashes
+    later = [signal("t", 1.0, at=NOW + 200 + i) for i in range(3)]
+    assert cursor.new(later) == later
+    assert len(cursor) == 3 + 200 * 38  # those older than the newest minus the overlap are forgotten
+    assert cursor.new([*later, signal("t", 1.0, at=NOW + 119.5)]) == []  # seen before, and past the overlap
+
+
+def test_a_source_s_horizon_narrows_the_overlap_but_never_widens_it() -> None:
+    cursor = SignalCursor()
+    first = [signal("a", 1.0, at=NOW), signal("b", 1.0, at=NOW + 1)]
+    assert cursor.new(first, horizon=NOW + 30) == first
+    assert cursor.since == NOW + 30  # nothing before it can still land: the next read starts there
+    late = signal("c", 1.0, at=NOW + 31)
+    assert cursor.new([late], horizon=NOW + 60) == [late] and cursor.since == NOW + 60 and len(cursor) == 0
+    # a call under way for ten minutes holds the horizon back: the fixed overlap applies
+    newest = signal("d", 1.0, at=NOW + 600)
+    assert cursor.new([newest], horizon=NOW + 60) == [newest]
+    assert cursor.since == NOW + 600 - LATE_SIGNAL_SECONDS
 
 
 @pytest.mark.anyio

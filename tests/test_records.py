@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +27,13 @@ from gateway.records.migrations import MIGRATIONS
 from gateway.records.model import FEEDBACK_TOKEN_META_KEY, PendingExecution
 from gateway.records.recorder import CallRecorder
 from gateway.records.redaction import Redactor
-from gateway.records.service import Records, open_store
+from gateway.records.service import FEEDBACK_MARGIN, Records, open_store
 from gateway.records.sqlite import SqliteStore
 from gateway.records.store import RecordStore
 from gateway.records.trail import SearchTrail
 from gateway.records.writer import RecordWriter
 from gateway.registry import Registry
+from gateway.router.service import RouterService, build_router
 from gateway.serving.server import GatewayServer
 from gateway.sizes import cut_bytes
 from gateway.upstreams.upstream import UpstreamSpec
@@ -404,6 +406,65 @@ def test_the_writer_bound_in_bytes_drops_and_counts_and_holds_large_calls_as_cut
 async def test_usage_signals_come_from_calls_and_feedback_with_the_search_they_followed(tmp_path: Path) -> None:
     async with recorded_gateway(tmp_path, mode="search", search=True) as gw, Client(gw.server) as client:
         await check_usage_signals(gw, client)
+
+
+async def test_the_signal_horizon_is_the_oldest_call_under_way_or_record_not_yet_written(tmp_path: Path) -> None:
+    async with recorded_gateway(tmp_path) as gw, Client(gw.server) as client:
+        records = gw.records
+        assert records is not None
+        assert time.time() - FEEDBACK_MARGIN - 5 < records.signal_horizon() <= time.time() - FEEDBACK_MARGIN
+
+        old = time.time() - 100  # a record written late: buffered (the flush interval is long)
+        records.submit_execution(
+            PendingExecution(
+                id="0" * 32,
+                at=old,
+                server="mem",
+                tool="mem__add",
+                session_id=None,
+                client_id=None,
+                arguments={},
+                latency_ms=100_000.0,
+                attempts=1,
+                search_id=None,
+            )
+        )
+        assert records.signal_horizon() == old
+        await records.flush()
+        assert records.signal_horizon() > time.time() - FEEDBACK_MARGIN - 5
+
+        async with anyio.create_task_group() as tg:
+            started = time.time()
+            tg.start_soon(client.call_tool, "mem__sleep", {"seconds": 5.0})  # times out after 0.3 s
+            with anyio.fail_after(10):
+                while not records.recorder.started:
+                    await anyio.sleep(0.01)
+            oldest = records.recorder.oldest()  # the call under way
+            assert oldest is not None and started <= oldest <= time.time()
+        assert records.recorder.oldest() is None and records.writer.pending == 1
+        buffered = records.writer.oldest(lambda record: record.at)  # handed from the one to the other
+        assert buffered is not None and started <= buffered <= time.time()
+
+
+async def test_the_router_re_reads_signals_only_from_the_records_horizon(tmp_path: Path) -> None:
+    async with recorded_gateway(tmp_path) as gw, Client(gw.server) as client:
+        records = gw.records
+        assert records is not None
+        for _ in range(3):
+            await client.call_tool("mem__add", {"a": 1, "b": 2})
+        await records.flush()
+        settings = gw.settings
+        service = RouterService(gw.registry, settings, lambda: build_router(settings, None), signals=records)
+        gw.registry.task_group.start_soon(service.run)
+        with anyio.fail_after(30):
+            await service.complete.wait()
+        await service.refresh_signals()  # the service's own loop may have read them first
+        assert service.learnt == 3
+        # before: the next read started two minutes before the newest signal, whatever was written since
+        assert service._cursor.since is not None and service._cursor.since > time.time() - FEEDBACK_MARGIN - 5
+        await client.call_tool("mem__add", {"a": 1, "b": 2})
+        await records.flush()
+        assert await service.refresh_signals() == 1 and service.learnt == 4
 
 
 # ---- the store down, the buffer full, retention ----------------------------------------------------------

@@ -161,7 +161,7 @@ async def _serve(
         tg.start_soon(_on_signals, stop, hangup)
         records = _records(settings, registry)
         async with registry.running(), records.running() if records else contextlib.nullcontext():
-            signals = records.store if records is not None else None  # the router learns from the records
+            signals = records  # the router learns from the records (None: it does not)
             router = RouterService(registry, settings, lambda: build_router(settings, pm), signals)
             registry.task_group.start_soon(router.run, name="router")
             registry.task_group.start_soon(vetter.watch, registry.revet, name="approvals")

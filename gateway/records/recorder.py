@@ -9,6 +9,10 @@ it in `call.notes` for the server, which puts it in the result's `_meta`.
 A call an admission layer refused (`REFUSED_NOTE`: hidden or unknown tool, limits, a server
 that is down, a tool the client cannot run) never reached a server: it is recorded as refused,
 with a summary of its arguments and nothing for the router to learn from (`refused`).
+
+It keeps the start time of every call under way (`started`, `oldest()`) until the call's
+record is in the writer's buffer, so `Records.signal_horizon` knows how late a record can
+still land.
 """
 
 from __future__ import annotations
@@ -53,6 +57,12 @@ class CallRecorder:
         self.submit = submit
         self.trail = trail
         self.refused = refused
+        self.started: dict[str, float] = {}
+        """Execution id -> start time (`at`) of the calls under way: not yet handed to `submit`."""
+
+    def oldest(self) -> float | None:
+        """The start time of the longest call under way, None when none is (see `Records.signal_horizon`)."""
+        return min(self.started.values(), default=None)
 
     async def __call__(self, call: ToolCall, call_next: CallHandler) -> types.CallToolResult:
         notes = call.notes
@@ -70,6 +80,7 @@ class CallRecorder:
 
         call.send = send_noting_failures
         at, started = time.time(), time.perf_counter()
+        self.started[execution_id] = at
         record = PendingExecution(
             id=execution_id,
             at=at,
@@ -96,7 +107,10 @@ class CallRecorder:
                 record.error = error
             raise
         finally:
-            if not refused:
-                record.latency_ms = (time.perf_counter() - started) * 1000
-                record.attempts = call.attempts
-                self.submit(record)
+            try:
+                if not refused:
+                    record.latency_ms = (time.perf_counter() - started) * 1000
+                    record.attempts = call.attempts
+                    self.submit(record)
+            finally:
+                del self.started[execution_id]  # after it is in the writer's buffer: never in neither

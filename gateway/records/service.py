@@ -26,9 +26,10 @@ from gateway.records.sqlite import SqliteStore
 from gateway.records.store import Batch, RecordStore
 from gateway.records.trail import SearchTrail
 from gateway.records.writer import RecordWriter
+from gateway.router.signals import UsageSignal
 from gateway.sizes import cut_bytes
 
-__all__ = ["SQLITE_FILE", "Records", "open_store"]
+__all__ = ["FEEDBACK_MARGIN", "SQLITE_FILE", "Records", "open_store"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +41,9 @@ HEAVY_SHARE = 8
 """A call's record that weighs more than `buffer_bytes / HEAVY_SHARE` (1 MiB by default: its arguments or
 result are large) is turned into its cut rows at once, on the call path, so the buffer holds kilobytes for
 it, not megabytes; lighter ones are turned into rows on the writer's thread, off the call path."""
+
+FEEDBACK_MARGIN = 10.0
+"""Seconds: a feedback row is written straight away (`feedback.py`), within this of its time."""
 
 ExecutionRows = tuple[ExecutionValues, list[FailureRow]]
 
@@ -95,6 +99,19 @@ class Records:
         finally:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(self.writer.close)
+
+    async def usage_signals(self, since: float | None = None) -> Sequence[UsageSignal]:
+        """The router's signals (`gateway.router.signals.SignalSource`), read from the store."""
+        return await self.store.usage_signals(since)
+
+    def signal_horizon(self) -> float:
+        """A time before which no signal can still land in the store: the start of the longest call under
+        way, the earliest record not yet written, and now less `FEEDBACK_MARGIN`, whichever is first.
+
+        The router reads signals since then, not since a fixed two minutes ago: at 200 calls a second the
+        fixed overlap re-read 30,000 rows every 30 s, which stalled calls and ratcheted the memory up."""
+        times = [time.time() - FEEDBACK_MARGIN, self.recorder.oldest(), self.writer.oldest(_time_of)]
+        return min(t for t in times if t is not None)
 
     async def flush(self) -> None:
         """Write what is buffered now (so a lookup sees executions made milliseconds ago)."""
@@ -173,6 +190,14 @@ class Records:
             batch.executions.append(values)
             batch.failures.extend(failures)
         return batch
+
+
+def _time_of(record: Any) -> float | None:
+    """When a buffered record happened: a call's (as it is, or as its rows) or a search's."""
+    if isinstance(record, PendingExecution | SearchRow):
+        return record.at
+    values, _ = record
+    return float(values[1])  # `store.EXECUTION_COLUMNS`: id, at, ...
 
 
 def _weight(record: PendingExecution, cap: int) -> int:

@@ -17,6 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from itertools import chain
 from typing import Any
 
 from gateway.records.store import Batch, RecordsError, RecordStore
@@ -55,6 +56,8 @@ class RecordWriter:
         """Records lost so far: buffer full, or the store failed to take them."""
         self.written = 0
         self._buffer: list[Any] = []
+        self._taken: list[Any] = []
+        """The records of the flush under way (written or not yet)."""
         self._sizes: list[int] = []
         self._in_flight = 0
         self._bytes = 0
@@ -101,6 +104,14 @@ class RecordWriter:
         if full:
             self._note_drops(1, full)
 
+    def oldest(self, time_of: Callable[[Any], float | None]) -> float | None:
+        """The earliest `time_of` among the records not yet written (buffered, or in the flush under way),
+        None when there are none: no record of an earlier time can still land in the store (the router
+        reads its signals since then, `Records.signal_horizon`). O(records held); for a periodic reader."""
+        with self._wake:
+            times = [t for record in chain(self._taken, self._buffer) if (t := time_of(record)) is not None]
+        return min(times, default=None)
+
     # ---- the thread -------------------------------------------------------------------
 
     def start(self) -> None:
@@ -145,6 +156,7 @@ class RecordWriter:
             with self._wake:
                 taken, self._buffer = self._buffer, []
                 sizes, self._sizes = self._sizes, []
+                self._taken = taken
                 self._in_flight = len(taken)
             try:
                 for start in range(0, len(taken), self.batch_size):
@@ -166,6 +178,7 @@ class RecordWriter:
             finally:
                 with self._wake:
                     self._in_flight = 0
+                    self._taken = []
                     self._bytes = sum(self._sizes)
 
     def lost(self, count: int, reason: str) -> None:

@@ -37,7 +37,10 @@ class UsageSignal:
 
 @runtime_checkable
 class SignalSource(Protocol):
-    """Where the router reads signals from: the records store (SQLite or PostgreSQL)."""
+    """Where the router reads signals from: the records (`gateway.records.Records`, over SQLite or PostgreSQL).
+
+    A source may also offer `signal_horizon() -> float`: a time before which no signal can still
+    reach it; the router then re-reads only from there (`gateway.router.service.SignalCursor`)."""
 
     async def usage_signals(self, since: float | None = None) -> Sequence[UsageSignal]:
         """Signals that happened at or after `since` (Unix seconds), oldest first; all when None."""
