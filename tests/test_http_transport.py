@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import socket
-import struct
 import time
 from pathlib import Path
 
@@ -110,27 +109,6 @@ def test_connections_the_gateway_accepts_do_not_wait_for_nagle() -> None:
                 writer.close()
 
     assert asyncio.run(accepted_nodelay()) != 0
-
-
-def test_a_response_leaves_the_gateway_in_one_send(gateway_url: str) -> None:
-    """uvicorn writes a response's head and body with a send each; the gateway's transport joins
-    the writes of one event-loop turn. The client counts the data segments it received
-    (`tcpi_data_segs_in`): one (two without)."""
-    host, port = gateway_url.removeprefix("http://").split("/")[0].split(":")
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(f"GET /healthz HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
-        response = b""
-        while not response.endswith(b'{"status":"ok"}'):
-            chunk = sock.recv(65536)
-            assert chunk, f"the connection closed after {response!r}"
-            response += chunk
-        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
-    assert response.startswith(b"HTTP/1.1 200")
-    assert struct.unpack_from("I", info, TCPI_DATA_SEGS_IN)[0] == 1
-
-
-TCPI_DATA_SEGS_IN = 152
-"""Offset of `tcpi_data_segs_in` in Linux's `struct tcp_info` (linux/tcp.h, since 4.6)."""
 
 
 REGIONAL_PLUGIN = '''

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
 import signal
 import socket
-import struct
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -18,9 +16,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-from httpcore2 import AsyncNetworkStream
 from mcp import Client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 from bench.compat.install import install_servers, server_command
 from bench.compat.servers import by_id
@@ -29,7 +25,6 @@ from gateway.config.settings import Settings
 from gateway.registry import Registry
 from gateway.server_specs import specs_from_config
 from gateway.upstreams.stderr import StderrLog
-from gateway.upstreams.transports import CorkedStream, corked
 from gateway.upstreams.upstream import Upstream, UpstreamSpec, unavailable_message
 from tests.conftest import (
     DEMO_SERVER,
@@ -42,7 +37,6 @@ from tests.conftest import (
     stop_process,
     write_config,
 )
-from tests.test_http_transport import TCPI_DATA_SEGS_IN
 from tests.test_resilience import _text, call, running
 
 pytestmark = pytest.mark.anyio
@@ -407,59 +401,3 @@ async def test_connections_to_an_http_upstream_do_not_wait_for_nagle(tmp_path: P
                         sock.close()
     finally:
         stop_process(upstream)
-
-
-class _Recording(AsyncNetworkStream):
-    """A connection that records its sends and answers reads with nothing."""
-
-    def __init__(self) -> None:
-        self.sent: list[bytes] = []
-
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self.sent.append(buffer)
-
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return b""
-
-
-async def test_a_corked_connection_sends_what_was_written_in_one_go_at_the_next_read() -> None:
-    inner = _Recording()
-    stream = CorkedStream(inner)
-    await stream.write(b"POST / HTTP/1.1\r\n\r\n")
-    await stream.write(b"")
-    await stream.write(b'{"jsonrpc": "2.0"}')
-    assert inner.sent == []
-    await stream.read(100)
-    assert inner.sent == [b'POST / HTTP/1.1\r\n\r\n{"jsonrpc": "2.0"}']
-    await stream.read(100)
-    assert len(inner.sent) == 1  # nothing held, nothing sent
-
-
-async def test_a_request_to_an_http_upstream_leaves_in_one_send() -> None:
-    """httpcore writes a request's head and body apart; the gateway's client sends them together.
-    The loopback server counts the data segments it received (`tcpi_data_segs_in`): one (two
-    without the cork)."""
-    segments_in: list[int] = []
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b'"ping"}')
-        info = writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
-        segments_in.append(struct.unpack_from("I", info, TCPI_DATA_SEGS_IN)[0])
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}")
-        await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        async with create_mcp_http_client() as client:
-            assert corked(client)
-            with anyio.fail_after(10):
-                response = await client.post(
-                    f"http://127.0.0.1:{port}/mcp", content=b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}'
-                )
-        assert response.status_code == 200
-        assert segments_in == [1]
-    finally:
-        server.close()
-        await server.wait_closed()

@@ -10,7 +10,6 @@ names always pass, others only when listed in `GATEWAY_HTTP__ALLOWED_HOSTS` /
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import socket
@@ -28,7 +27,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from gateway.config.settings import Settings
 from gateway.errors import GatewayError
@@ -49,8 +47,6 @@ from gateway.serving.server import GatewayServer
 
 __all__ = [
     "METRICS_PATH",
-    "CoalescingH11Protocol",
-    "CoalescingTransport",
     "bind_socket",
     "build_http_app",
     "metrics_endpoint",
@@ -258,48 +254,6 @@ def build_http_app(gateway: GatewayServer, settings: Settings, *, admin: bool = 
     )
 
 
-class CoalescingTransport:
-    """An asyncio transport whose writes within one turn of the event loop leave as one send.
-
-    uvicorn writes a response's head, its body and its end with a send each; on loopback each
-    send runs the peer's receive path and wakes it. Held bytes go out at the loop's next turn
-    (`call_soon`), or before the transport closes."""
-
-    def __init__(self, inner: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        self._inner = inner
-        self._loop = loop
-        self._held: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        if not data:
-            return
-        if not self._held:
-            self._loop.call_soon(self.flush)
-        self._held.append(bytes(data))
-
-    def flush(self) -> None:
-        if self._held:
-            data = b"".join(self._held)
-            self._held.clear()
-            if not self._inner.is_closing():
-                self._inner.write(data)
-
-    def close(self) -> None:
-        self.flush()
-        self._inner.close()
-
-    def __getattr__(self, name: str) -> Any:  # is_closing, get_extra_info, pause_reading, abort...
-        return getattr(self._inner, name)
-
-
-class CoalescingH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol over a `CoalescingTransport`."""
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        coalescing = CoalescingTransport(transport, asyncio.get_running_loop())
-        super().connection_made(coalescing)  # type: ignore[arg-type]
-
-
 class _Uvicorn(uvicorn.Server):
     """uvicorn without its own signal handling: the CLI owns SIGINT/SIGTERM, so that the
     upstreams are shut down (and stdio children reaped) before the process exits."""
@@ -339,14 +293,7 @@ async def serve_http(
     app = build_http_app(gateway, settings)
     # JSON logs: uvicorn's records go through the gateway's handler, not uvicorn's text formatter.
     log_config = None if settings.log_format == "json" else uvicorn.config.LOGGING_CONFIG
-    config = uvicorn.Config(
-        app,
-        log_level="warning",
-        lifespan="on",
-        timeout_graceful_shutdown=5,
-        log_config=log_config,
-        http=CoalescingH11Protocol,
-    )
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5, log_config=log_config)
     server = _Uvicorn(config)
     async with anyio.create_task_group() as tg:
         tg.start_soon(server.serve, [sock])
