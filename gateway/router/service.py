@@ -273,6 +273,7 @@ class RouterService:
         self._source_failing = False
         self.learnt = 0
         """Signals learnt so far by the current router."""
+        self._refreshing = anyio.Lock()
         registry.change_listeners.append(self._on_change)
 
     def figures(self) -> RouterFigures:
@@ -414,8 +415,14 @@ class RouterService:
         """Read the signals recorded since the last read and learn them; returns how many were new.
 
         A source that fails is logged once (then at debug level until it works again) and
-        read again at the next refresh; searching is never affected.
+        read again at the next refresh; searching is never affected. Refreshes run one at a
+        time: one that found nothing new while another was still learning what it had taken
+        would return before those signals were learnt.
         """
+        async with self._refreshing:
+            return await self._refresh_signals()
+
+    async def _refresh_signals(self) -> int:
         router = self.router
         if self.signals is None or router is None or router.usage is None:
             return 0
