@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-__all__ = ["installed_version"]
+__all__ = ["gateway_version", "installed_version"]
 
 
 def installed_version() -> str | None:
@@ -13,3 +13,8 @@ def installed_version() -> str | None:
         return version("mcp-gateway")
     except PackageNotFoundError:
         return None
+
+
+def gateway_version() -> str:
+    """The installed mcp-gateway version, announced to upstreams and clients ("0" if not installed)."""
+    return installed_version() or "0"

@@ -36,7 +36,8 @@ from gateway.serving.resources import ResourceHandlers
 from gateway.serving.startup import StartupWait
 from gateway.serving.stdio import stdio_streams
 from gateway.serving.tools import ToolHandlers
-from gateway.upstreams.upstream import cancel_when, gateway_version
+from gateway.upstreams.upstream import cancel_when
+from gateway.version import gateway_version
 
 if TYPE_CHECKING:
     from gateway.config.loader import GatewayConfig

@@ -14,12 +14,40 @@ from gateway.errors import UpstreamTimeout, UpstreamUnauthorized, UpstreamUnavai
 __all__ = [
     "DownServer",
     "describe",
+    "failure_reason",
     "server_answered",
     "status_of",
     "translate_error",
     "unavailable_error",
     "unavailable_message",
 ]
+
+
+def failure_reason(
+    exc: BaseException,
+    *,
+    http_status: int | None,
+    refused_status: int | None,
+    transport_error: str | None,
+    last_stderr_line: str | None,
+    command: str = "",
+) -> str:
+    """One line saying why a connection failed, with what the server itself said.
+
+    `refused_status`: the 401/403 with which the server refused the gateway's credentials, if it
+    did; `command`: a stdio server's command, which a missing file may be explained by."""
+    reason = describe(exc)
+    if refused_status is not None:
+        reason = f"the server refused the gateway's credentials (HTTP {refused_status}); {reason}"
+    elif http_status is not None and http_status >= 400:
+        reason = f"the server answered HTTP {http_status}; {reason}"
+    if transport_error:
+        reason += f"; the server sent something that is not MCP: {transport_error}"
+    if last_stderr_line and not server_answered(exc):  # a server's own error needs no stderr to explain it
+        reason += f"; its last stderr line: {last_stderr_line}"
+    if isinstance(exc, FileNotFoundError) and " " in command:
+        reason += " (the command contains spaces: put its arguments in `args`)"
+    return reason
 
 
 class DownServer(Protocol):

@@ -24,6 +24,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
@@ -31,7 +32,6 @@ import anyio
 import mcp_types as types
 from mcp import Client, StdioServerParameters
 from mcp.client.extension import ClientExtension
-from mcp.client.session import ClientRequestContext
 from mcp.client.sse import sse_client
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -40,7 +40,7 @@ from gateway.catalog import ServerListing
 from gateway.errors import UpstreamTimeout, UpstreamUnavailable
 from gateway.upstreams.errors import (
     describe,
-    server_answered,
+    failure_reason,
     status_of,
     translate_error,
     unavailable_error,
@@ -51,12 +51,13 @@ from gateway.upstreams.in_flight import InFlight
 from gateway.upstreams.listing import Unsupported, fetch_listing, method_not_found, unsupported_answer
 from gateway.upstreams.oauth.binding import GrantAuth, login_reason, login_refusal
 from gateway.upstreams.on_demand import OnDemand
+from gateway.upstreams.server_requests import relay_callbacks
 from gateway.upstreams.spec import CONNECTED_STATES, LISTED_STATES, ServerState, UpstreamSpec
 from gateway.upstreams.stderr import StderrLog
 from gateway.upstreams.stdio_child import stdio_child
 from gateway.upstreams.subscriptions import Subscriptions, cancel_when
 from gateway.upstreams.transports import http_transport, watched
-from gateway.version import installed_version
+from gateway.version import gateway_version
 
 __all__ = [
     "CONNECTED_STATES",
@@ -66,7 +67,6 @@ __all__ = [
     "UpstreamEvents",
     "UpstreamSpec",
     "cancel_when",
-    "gateway_version",
     "restart_delay",
     "unavailable_error",
     "unavailable_message",
@@ -260,24 +260,18 @@ class Upstream:
         self.http_status = None
 
     def _reason(self, exc: BaseException) -> str:
-        """One line saying why the connection failed, with what the server itself said."""
-        reason = describe(exc)
-        self.unauthorized = self.http_status in (401, 403) or status_of(exc) in (401, 403)
-        if self.unauthorized:
-            status = self.http_status if self.http_status in (401, 403) else status_of(exc)
-            reason = f"the server refused the gateway's credentials (HTTP {status}); {reason}"
-        elif self.http_status is not None and self.http_status >= 400:
-            reason = f"the server answered HTTP {self.http_status}; {reason}"
-        if self._transport_error:
-            reason += f"; the server sent something that is not MCP: {self._transport_error}"
-        last_line = self.stderr.last_line
-        if last_line and not server_answered(exc):  # a server's own error needs no stderr to explain it
-            reason += f"; its last stderr line: {last_line}"
-        if isinstance(exc, FileNotFoundError) and self.spec.transport == "stdio":
-            command = getattr(self.spec.target, "command", "")
-            if " " in command:
-                reason += " (the command contains spaces: put its arguments in `args`)"
-        return reason
+        """One line saying why the connection failed (`errors.failure_reason`); notes a refusal of credentials."""
+        status = self.http_status if self.http_status in (401, 403) else status_of(exc)
+        self.unauthorized = status in (401, 403)
+        command = getattr(self.spec.target, "command", "") if self.spec.transport == "stdio" else ""
+        return failure_reason(
+            exc,
+            http_status=self.http_status,
+            refused_status=status if self.unauthorized else None,
+            transport_error=self._transport_error,
+            last_stderr_line=self.stderr.last_line,
+            command=command,
+        )
 
     async def _serve(self) -> None:
         started = time.perf_counter()
@@ -355,13 +349,7 @@ class Upstream:
         else:
             assert isinstance(spec.target, str)
             target = watched(sse_client(spec.target, headers=dict(spec.headers), auth=self._auth), self._closed)
-        relay: dict[str, Any] = {}
-        if self.relay_requests:
-            relay = {
-                "sampling_callback": self._on_sampling,
-                "elicitation_callback": self._on_elicitation,
-                "list_roots_callback": self._on_list_roots,
-            }
+        relay = relay_callbacks(partial(self.events.relay_request, self)) if self.relay_requests else {}
         return Client(
             target,
             mode=spec.protocol,
@@ -480,7 +468,7 @@ class Upstream:
                 return
             await self._set_state("degraded", f"missed {misses} health check(s) of {HEALTH_MISSES}")
 
-    # ---- notifications and server-to-client requests --------------------------
+    # ---- notifications (the server-to-client requests: `server_requests.relay_callbacks`) ----
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, Exception):
@@ -501,25 +489,6 @@ class Upstream:
 
     async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
         await self.events.log_message(self, params)
-
-    async def _on_sampling(
-        self, context: ClientRequestContext, params: types.CreateMessageRequestParams
-    ) -> types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData:
-        response = await self.events.relay_request(self, types.CreateMessageRequest(params=params))
-        assert isinstance(response, types.CreateMessageResult | types.ErrorData)
-        return response
-
-    async def _on_elicitation(
-        self, context: ClientRequestContext, params: types.ElicitRequestParams
-    ) -> types.ElicitResult | types.ErrorData:
-        response = await self.events.relay_request(self, types.ElicitRequest(params=params))
-        assert isinstance(response, types.ElicitResult | types.ErrorData)
-        return response
-
-    async def _on_list_roots(self, context: ClientRequestContext) -> types.ListRootsResult | types.ErrorData:
-        response = await self.events.relay_request(self, types.ListRootsRequest())
-        assert isinstance(response, types.ListRootsResult | types.ErrorData)
-        return response
 
     # ---- requests -------------------------------------------------------------
 
@@ -615,8 +584,3 @@ def restart_delay(failures: int) -> float:
     """Exponential backoff with jitter: about 1, 2, 4 ... seconds, at most a minute."""
     base = min(RESTART_BACKOFF_MAX, RESTART_BACKOFF_BASE * 2 ** (failures - 1))
     return float(base * random.uniform(0.5, 1.0))
-
-
-def gateway_version() -> str:
-    """The installed mcp-gateway version, announced to upstreams and clients ("0" if not installed)."""
-    return installed_version() or "0"
