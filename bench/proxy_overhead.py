@@ -45,7 +45,12 @@ import anyio
 import mcp_types as types
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from timing import paired_added, percentile  # bench/ is on sys.path when run as `python bench/proxy_overhead.py`
+from timing import (
+    add_paired_options,
+    check_paired_options,
+    paired_added,
+    percentile,
+)  # bench/ is on sys.path when run as `python bench/proxy_overhead.py`
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_SERVER = REPO / "tests" / "servers" / "demo_server.py"
@@ -260,14 +265,10 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--calls", type=int, default=2000, help="measured calls per variant (default 2000)")
-    parser.add_argument("--warmup", type=int, default=200, help="unmeasured calls per variant first (default 200)")
-    parser.add_argument("--block", type=int, default=50, help="calls per turn in the round robin (default 50)")
-    parser.add_argument("--timeout", type=float, default=600, help="bound on the whole run, seconds (default 600)")
+    add_paired_options(parser, calls=2000, warmup=200, timeout=600)
     parser.add_argument("--json", action="store_true", help="also print one JSON object, last on stdout")
     args = parser.parse_args(argv)
-    if args.calls < 1 or args.block < 1 or args.warmup < 0:
-        parser.error("--calls and --block must be positive, --warmup not negative")
+    check_paired_options(parser, args)
 
     try:
         result = anyio.run(_run, args)

@@ -6,6 +6,7 @@ so they import it as `timing`.
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import time
@@ -53,3 +54,21 @@ def cpu_ms(pid: int) -> float:
         return 0.0
     fields = stat[stat.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def add_paired_options(parser: argparse.ArgumentParser, *, calls: int, warmup: int, timeout: float) -> None:
+    """The options of a block-paired comparison (variants taking turns a block of calls at a time)."""
+    parser.add_argument("--calls", type=int, default=calls, help=f"measured calls per variant (default {calls})")
+    parser.add_argument(
+        "--warmup", type=int, default=warmup, help=f"unmeasured calls per variant first (default {warmup})"
+    )
+    parser.add_argument("--block", type=int, default=50, help="calls per turn in the round robin (default 50)")
+    parser.add_argument(
+        "--timeout", type=float, default=timeout, help=f"bound on the whole run, seconds (default {timeout:g})"
+    )
+
+
+def check_paired_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse counts a paired run cannot use (exits with argparse's usage error)."""
+    if args.calls < 1 or args.block < 1 or args.warmup < 0:
+        parser.error("--calls and --block must be positive, --warmup not negative")

@@ -50,7 +50,12 @@ from typing import Any, TextIO
 import anyio
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from timing import cpu_ms, paired_added  # bench/ is on sys.path when run as `python bench/tracing_overhead.py`
+from timing import (
+    add_paired_options,
+    check_paired_options,
+    cpu_ms,
+    paired_added,
+)  # bench/ is on sys.path when run as `python bench/tracing_overhead.py`
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_PLUGINS = REPO / "tests" / "fixtures" / "plugins"
@@ -236,10 +241,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--calls", type=int, default=3000, help="measured calls per variant (default 3000)")
-    parser.add_argument("--warmup", type=int, default=300, help="unmeasured calls per variant first (default 300)")
-    parser.add_argument("--block", type=int, default=50, help="calls per turn in the round robin (default 50)")
-    parser.add_argument("--timeout", type=float, default=900, help="bound on the whole run, seconds (default 900)")
+    add_paired_options(parser, calls=3000, warmup=300, timeout=900)
     parser.add_argument("--baseline-tree", type=Path, help="also run a gateway from this source tree")
     parser.add_argument(
         "--unexported", action="store_true", help="also run sampling 1 with OTEL_TRACES_EXPORTER=none (no export)"
@@ -249,8 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", action="store_true", help="also print one JSON object, last on stdout")
     args = parser.parse_args(argv)
-    if args.calls < 1 or args.block < 1 or args.warmup < 0:
-        parser.error("--calls and --block must be positive, --warmup not negative")
+    check_paired_options(parser, args)
     try:
         result = anyio.run(_run, args)
     except TimeoutError:
