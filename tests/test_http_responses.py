@@ -35,7 +35,7 @@ JSON = "application/json"
 SSE = "text/event-stream"
 
 
-def _start(tmp_path: Path, env: dict[str, str]) -> tuple[Any, str]:
+def _start(tmp_path: Path, env: dict[str, str], log: Path | None = None) -> tuple[Any, str]:
     config = write_config(
         tmp_path / "gateway.yaml",
         f"""
@@ -45,17 +45,23 @@ def _start(tmp_path: Path, env: dict[str, str]) -> tuple[Any, str]:
             args: ["{DEMO_SERVER}", stdio, --name, demo]
         """,
     )
-    return start_gateway_http(config, tmp_path, ENV | env)
+    return start_gateway_http(config, tmp_path, ENV | env, log)
 
 
 @pytest.fixture(scope="module")
-def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """One gateway for the module (`response_mode: auto`, the default)."""
-    process, url = _start(tmp_path_factory.mktemp("auto"), {})
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """One gateway for the module (`response_mode: auto`, the default): its URL and its log."""
+    folder = tmp_path_factory.mktemp("auto")
+    process, url = _start(folder, {}, folder / "gateway.log")
     try:
-        yield url
+        yield url, folder / "gateway.log"
     finally:
         stop_process(process)
+
+
+@pytest.fixture
+def gateway_url(gateway: tuple[str, Path]) -> str:
+    return gateway[0]
 
 
 def _rpc(method: str, params: dict[str, Any] | None = None, id_: int = 2) -> dict[str, Any]:
@@ -195,7 +201,8 @@ async def test_an_elicitation_relayed_from_the_upstream_reaches_the_client_and_i
     assert asked == ["proceed?"]
 
 
-def test_a_client_that_hangs_up_during_a_call_leaves_its_session_usable(gateway_url: str) -> None:
+def test_a_client_that_hangs_up_during_a_call_leaves_its_session_usable(gateway: tuple[str, Path]) -> None:
+    gateway_url, log = gateway
     with httpx2.Client(timeout=30) as http:
         session = _open_session(http, gateway_url)
         # Hang up while the answer is deferred (no bytes yet)...
@@ -214,6 +221,12 @@ def test_a_client_that_hangs_up_during_a_call_leaves_its_session_usable(gateway_
         )
         assert answer.headers["content-type"] == JSON
         assert answer.json()["id"] == 9 and answer.json()["result"]["content"][0]["text"] == "still here"
+        # A call that starts after the abandoned ones and lasts as long ends after them: by then
+        # the gateway has answered them into the void, without an error.
+        later = http.post(gateway_url, headers=session, json=_call("demo__sleep", {"seconds": 3 * WINDOW}, id_=10))
+        assert json.loads(_events(later.text)[-1])["id"] == 10
+    logged = log.read_text()
+    assert "serving on" in logged and "Traceback" not in logged and "ERROR" not in logged
 
 
 def test_a_client_that_accepts_only_sse_is_refused_as_before(gateway_url: str) -> None:
