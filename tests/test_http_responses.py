@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -289,3 +290,19 @@ def test_the_sdk_code_that_deferred_responses_mirrors_is_unchanged(owner: type, 
     assert hashlib.sha256(source.encode()).hexdigest()[:16] == digest, (
         f"mcp's {owner.__name__}.{name} changed: check gateway/serving/deferred_responses.py against it"
     )
+
+
+def test_the_session_open_bench_runs_both_modes() -> None:
+    """`bench/session_open.py`, run briefly: a figure for each mode."""
+    done = subprocess.run(
+        [sys.executable, "bench/session_open.py", "--sessions", "5", "--rounds", "1", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(report["modes"]) == {"auto", "sse"}
+    assert all(mode["sessions_per_s"] > 0 for mode in report["modes"].values())
+    assert "auto/sse gateway CPU per session" in done.stdout
