@@ -67,7 +67,7 @@ from mcp_types import (
 from pydantic import ValidationError
 from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
@@ -124,9 +124,11 @@ class DeferringTransport(StreamableHTTPServerTransport):
         if not (has_json and has_sse and self._check_content_type(request)):
             return None
         try:
-            message = jsonrpc_message_adapter.validate_python(
-                pydantic_core.from_json(await request.body()), by_name=False
-            )
+            body = await request.body()
+        except ClientDisconnect:  # gone mid-body: the SDK method answers it, as it always has
+            return None
+        try:
+            message = jsonrpc_message_adapter.validate_python(pydantic_core.from_json(body), by_name=False)
         except (ValueError, ValidationError):
             return None
         if not isinstance(message, JSONRPCRequest):
