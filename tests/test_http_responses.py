@@ -44,6 +44,9 @@ def _start(tmp_path: Path, env: dict[str, str], log: Path | None = None) -> tupl
           demo:
             command: {sys.executable}
             args: ["{DEMO_SERVER}", stdio, --name, demo]
+        security:
+          limits:
+            max_result_bytes: 4194304
         """,
     )
     return start_gateway_http(config, tmp_path, ENV | env, log)
@@ -140,6 +143,19 @@ async def test_the_sdk_client_works_end_to_end(gateway_url: str) -> None:
             counted = await client.call_tool("demo__count_slowly", {"steps": 3}, progress_callback=on_progress)
             assert counted.content[0].text == "counted to 3"  # type: ignore[union-attr]
             assert progress == [1.0, 2.0, 3.0]
+
+
+@pytest.mark.anyio
+async def test_a_quick_result_over_one_mib_reaches_the_sdk_client(gateway_url: str) -> None:
+    """As one server-sent event it would not: the SDK's client refuses an event over 1 MiB
+    (`DEFAULT_MAX_SSE_EVENT_SIZE`, docs/compatibility.md); a JSON body has no such cap. (The
+    gateway's own `max_result_bytes` is raised to 4 MiB here, from 1 MiB.)"""
+    text = "x" * 700_000  # twice in the result (text and structured content): 1.4 MB
+    with anyio.fail_after(30):
+        async with Client(gateway_url, mode="legacy") as client:
+            result = await client.call_tool("demo__echo", {"text": text})
+    assert not result.is_error, [c.text[-300:] for c in result.content]  # type: ignore[union-attr]
+    assert result.content[0].text == text  # type: ignore[union-attr]
 
 
 def test_progress_before_the_result_comes_as_sse_every_notification_then_the_result(gateway_url: str) -> None:
