@@ -280,7 +280,9 @@ def test_the_response_mode_and_stateless_http(tmp_path: Path, env: dict[str, str
 
 
 MIRRORED = [
+    (StreamableHTTPServerTransport, "_handle_request", "c7ca02ba9f5cfb06"),
     (StreamableHTTPServerTransport, "_handle_post_request", "cc4f2cd0c9e317a2"),
+    (StreamableHTTPServerTransport, "connect", "fbb24a6b38c377f0"),  # its message router feeds the request streams
     (StreamableHTTPServerTransport, "_run_sse_writer", "886892073c4e09e1"),
     (StreamableHTTPServerTransport, "_create_session_message", "788a792e7b6424d7"),
     (StreamableHTTPServerTransport, "_create_json_response", "a69b220c3746c14f"),

@@ -19,8 +19,9 @@ that does not accept both content types (the SDK answers 406), and any body the 
 All reach into the SDK's private layout is here, mirroring mcp 2.3 (`pyproject.toml` pins
 `mcp>=2.3,<2.4`; `tests/test_http_responses.py` fails when the mirrored SDK code changes):
 - `StreamableHTTPServerTransport._handle_post_request`: its SSE branch, with the choice deferred;
-  it reuses the transport's own helpers (`_create_session_message`, `_run_sse_writer`,
-  `_create_json_response`, `_create_error_response`, `_clean_up_memory_streams`) and state
+  it reuses the transport's own helpers (`_check_content_type`, `_create_session_message`,
+  `_run_sse_writer`, `_create_event_data`, `_create_json_response`, `_create_error_response`,
+  `_clean_up_memory_streams`) and state
   (`_request_streams`, `_sse_stream_writers`, `_read_stream_writer`, `_event_store`).
 - `StreamableHTTPSessionManager._admit_session` and `._handle_stateless_request`: copied, to make
   this transport instead of the SDK's.
