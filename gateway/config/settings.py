@@ -73,6 +73,24 @@ class HttpSettings(BaseModel):
             "closes (2026-07-28 clients have no sessions and are not counted)."
         ),
     )
+    response_mode: Literal["auto", "sse"] = Field(
+        default="auto",
+        description=(
+            "How a POSTed request of a handshake-era client is answered. `auto`: a JSON body when the answer "
+            "is the first thing the request has within `response_window` seconds, else an SSE stream with "
+            "every progress, log or server request, pings and the answer (less CPU per call). `sse`: always "
+            "an SSE stream, for a client that mishandles a JSON answer."
+        ),
+    )
+    response_window: float = Field(
+        default=15.0,
+        gt=0,
+        le=300,
+        description=(
+            "Seconds a request may run silent before its answer becomes an SSE stream (`response_mode: "
+            "auto`), and between pings on that stream: no client waits longer than this without bytes."
+        ),
+    )
     metrics: bool = Field(default=True, description="Serve Prometheus metrics at GET /metrics.")
     metrics_public: bool = Field(
         default=False,

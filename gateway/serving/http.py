@@ -42,6 +42,7 @@ from gateway.serving.admin.access import ADMIN_PREFIX, with_console
 from gateway.serving.admin.api import api_routes
 from gateway.serving.admin.ui import close_console, ui_routes
 from gateway.serving.connect import CALLBACK_PATH, Connector, connect_routes
+from gateway.serving.deferred_responses import deferring_http_app
 from gateway.serving.exposure import NO_TOOL_FITS, openai_function, tool_payload, unknown_mode
 from gateway.serving.server import GatewayServer
 
@@ -132,7 +133,7 @@ async def metrics_endpoint(gateway: GatewayServer, request: Request) -> Response
 
 def open_sessions(manager: StreamableHTTPSessionManager) -> int:
     """How many streamable-HTTP sessions are open. The SDK's session manager offers no public count;
-    it keeps one transport per session id (mcp is pinned below 3, and a test reads this gauge)."""
+    it keeps one transport per session id (mcp is pinned below 2.4, and a test reads this gauge)."""
     return len(manager._server_instances)
 
 
@@ -224,16 +225,29 @@ def build_http_app(gateway: GatewayServer, settings: Settings, *, admin: bool = 
         public_paths += (CALLBACK_PATH,)
     # The health routes skip the Host check and authentication (`http_guard.PUBLIC_PATHS`):
     # load balancers probe by IP address, without credentials.
-    app = gateway.server.streamable_http_app(
-        streamable_http_path=settings.http.path,
-        stateless_http=settings.http.stateless,
-        transport_security=security,
-        host=settings.http.host,
-        max_request_body_size=max_body,
-        session_idle_timeout=settings.http.session_idle_timeout,
-        max_sessions=settings.http.max_sessions,
-        custom_starlette_routes=routes,
-    )
+    if settings.http.response_mode == "auto":  # a JSON body for a quick answer (`deferred_responses`)
+        app = deferring_http_app(
+            gateway.server,
+            path=settings.http.path,
+            stateless=settings.http.stateless,
+            security=security,
+            max_request_body_size=max_body,
+            session_idle_timeout=settings.http.session_idle_timeout,
+            max_sessions=settings.http.max_sessions,
+            routes=list(routes),
+            window=settings.http.response_window,
+        )
+    else:
+        app = gateway.server.streamable_http_app(
+            streamable_http_path=settings.http.path,
+            stateless_http=settings.http.stateless,
+            transport_security=security,
+            host=settings.http.host,
+            max_request_body_size=max_body,
+            session_idle_timeout=settings.http.session_idle_timeout,
+            max_sessions=settings.http.max_sessions,
+            custom_starlette_routes=routes,
+        )
     if not settings.http.stateless:
         gateway.registry.metrics.watch_sessions(partial(open_sessions, gateway.server.session_manager))
     authenticator = Authenticator(gateway.auth) if gateway.auth.enabled else None
