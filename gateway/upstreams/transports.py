@@ -10,6 +10,7 @@ stdio has its own module, `gateway.upstreams.stdio_child`, because it also owns 
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -17,8 +18,10 @@ from typing import Any
 import anyio
 import httpx2
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT, create_mcp_http_client
 from opentelemetry import propagate, trace
+
+from gateway.upstreams.lean_http import LeanTransport
 
 __all__ = ["http_transport", "watched"]
 
@@ -91,10 +94,23 @@ async def http_transport(
     async def report(response: Any) -> None:
         on_status(response.status_code)
 
-    async with create_mcp_http_client(headers=dict(headers), auth=auth) as http_client:
+    async with _upstream_http_client(headers, auth) as http_client:
         http_client.event_hooks["response"].append(report)
         # While tracing is on: `traceparent` in the headers too, for a server traced at its HTTP layer.
         if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):  # a provider is installed
             http_client.event_hooks["request"].append(_inject_trace_context)
         async with streamable_http_client(url, http_client=http_client) as streams:
             yield streams
+
+
+def _upstream_http_client(headers: Mapping[str, str], auth: httpx2.Auth | None) -> httpx2.AsyncClient:
+    """PROTOTYPE switch (issue 17): `GATEWAY_UPSTREAMS__HTTP_CLIENT=httpx` for httpx2's own pool
+    (httpcore2); anything else, on this branch, the lean transport."""
+    if os.environ.get("GATEWAY_UPSTREAMS__HTTP_CLIENT", "lean") == "httpx":
+        return create_mcp_http_client(headers=dict(headers), auth=auth)
+    return httpx2.AsyncClient(
+        headers=dict(headers),
+        auth=auth,
+        timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
+        transport=LeanTransport(),
+    )
