@@ -1,14 +1,19 @@
-"""PROTOTYPE (issue 17, measured, not adopted unless it wins): a lean HTTP/1.1 transport for httpx2.
+"""A lean HTTP/1.1 transport under the gateway's upstream httpx2 client (issue 17).
 
-`LeanTransport` is an `httpx2.AsyncBaseTransport` over asyncio streams, for the gateway's
-upstream client: httpx2's `AsyncClient` still builds the requests, runs `Auth` flows and event
-hooks and applies timeouts, and only the layer under it (httpcore2's pool, h11, anyio streams)
-is replaced by a keep-alive pool per origin and a few lines of HTTP/1.1 framing. The request
-head and a known-length body go out in one `write`; a response body is read by Content-Length,
-chunked, or to EOF, and streamed (SSE) chunk by chunk.
+Profiled under load, httpx2's own transport (httpcore2's pool, h11, anyio streams) was most
+of the upstream side of a proxied call's CPU. `LeanTransport` replaces only that layer: it is
+an `httpx2.AsyncBaseTransport` over asyncio streams, so httpx2's `AsyncClient` still builds
+the requests, runs `Auth` flows (OAuth's included) and event hooks and carries the timeouts.
+It keeps a pool of idle keep-alive connections per origin (closed after `KEEPALIVE_EXPIRY`
+idle seconds, or when the server closed them), writes a request's head and a known-length
+body in one `write`, and reads a response body by Content-Length, chunked, or to EOF,
+streaming it (an SSE response) chunk by chunk. Measured in docs/benchmarks.md ("Upstream HTTP
+client: measured").
 
-What it does not do (so it must stay off where these matter): proxies, HTTP/2, a cap on the
-number of connections per origin, `Expect: 100-continue`.
+What it does not do, so `gateway.upstreams.transports` does not use it then: proxies (a
+proxy from the environment for the upstream's URL keeps httpx2's own transport), HTTP/2.
+There is no cap on connections per origin: an upstream's `max_concurrent_calls` caps the
+requests in flight, and so the connections.
 """
 
 from __future__ import annotations
@@ -23,8 +28,12 @@ import httpx2
 
 __all__ = ["LeanTransport"]
 
-KEEPALIVE_EXPIRY = 5.0
-"""Seconds an idle connection is kept (httpcore's default)."""
+KEEPALIVE_EXPIRY = 4.0
+"""Seconds an idle connection is kept: under uvicorn's 5 s keep-alive, so that the gateway
+drops a connection before a server does, not while sending on it."""
+REPLAYABLE = frozenset({"GET", "HEAD", "OPTIONS"})
+"""Methods sent again on a new connection when a kept-alive one turns out closed before any
+byte of the answer. Not POST: the server may have run the tool call before it closed."""
 READ_SIZE = 65536
 MAX_HEAD = 65536
 
@@ -45,8 +54,13 @@ class _Conn:
             and not self.writer.transport.is_closing()
         )
 
-    def close(self) -> None:
-        self.writer.transport.abort() if self.reader.at_eof() else self.writer.close()
+    def close(self, abort: bool = False) -> None:
+        """Close the socket; `abort` drops what is unsent too (a body read half-way leaves the
+        connection in no state to reuse or to wait for)."""
+        if abort:
+            self.writer.transport.abort()
+        else:
+            self.writer.close()
 
 
 Origin = tuple[str, str, int]
@@ -124,7 +138,7 @@ class _Body(httpx2.AsyncByteStream):
     async def aclose(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:  # not read to its end: the connection's state is unknown
-            conn.close()
+            conn.close(abort=True)
 
 
 class LeanTransport(httpx2.AsyncBaseTransport):
@@ -144,9 +158,13 @@ class LeanTransport(httpx2.AsyncBaseTransport):
         if self._closed:
             conn.close()
             return
-        conn.idle_since = time.monotonic()
+        now = time.monotonic()
+        conn.idle_since = now
         conn.reused = True
-        self._idle.setdefault(origin, []).append(conn)
+        idle = self._idle.setdefault(origin, [])
+        while idle and not idle[0].usable(now):  # the oldest first: idle close without a timer
+            idle.pop(0).close()
+        idle.append(conn)
 
     async def _connect(self, origin: Origin, timeout: float | None) -> _Conn:
         scheme, host, port = origin
@@ -185,21 +203,29 @@ class LeanTransport(httpx2.AsyncBaseTransport):
             body: bytes | None = request.content
         except httpx2.RequestNotRead:
             body = None
-        head = self._head(request, chunked=body is None)
+        chunked = body is None and "content-length" not in request.headers
+        head = self._head(request, chunked)
         conn = self._acquire_idle(origin)
         if conn is not None:
             try:
                 return await self._exchange(request, origin, conn, head, body, timeouts)
-            except _Stale:
-                pass  # the server closed a kept-alive connection before answering: once more, on a new one
+            except _Stale as exc:
+                if request.method not in REPLAYABLE:
+                    raise httpx2.RemoteProtocolError(
+                        f"{origin[1]}:{origin[2]} closed a kept-alive connection without answering "
+                        f"{request.method} {url.raw_path.decode('ascii', 'replace')}"
+                    ) from exc
         conn = await self._connect(origin, timeouts.get("connect"))
         try:
             return await self._exchange(request, origin, conn, head, body, timeouts)
         except _Stale as exc:
-            raise httpx2.RemoteProtocolError("the server closed the connection without a response") from exc
+            raise httpx2.RemoteProtocolError(
+                f"{origin[1]}:{origin[2]} closed the connection without answering {request.method}"
+            ) from exc
 
     @staticmethod
     def _head(request: httpx2.Request, chunked: bool) -> bytes:
+        """The request line and headers (httpx2 has set Host, Content-Length and the rest)."""
         target = request.url.raw_path
         lines = [request.method.encode("ascii") + b" " + target + b" HTTP/1.1"]
         lines += [name + b": " + value for name, value in request.headers.raw]
@@ -217,33 +243,28 @@ class LeanTransport(httpx2.AsyncBaseTransport):
         timeouts: dict[str, Any],
     ) -> httpx2.Response:
         writer, reader = conn.writer, conn.reader
+        chunked = body is None and "content-length" not in request.headers
         try:
-            async with asyncio.timeout(timeouts.get("write")):
-                if body is not None:
-                    writer.write(head + body if len(body) < READ_SIZE else head)
-                    if len(body) >= READ_SIZE:
-                        writer.write(body)
-                else:
-                    writer.write(head)
-                    async for chunk in request.stream:  # type: ignore[union-attr]
-                        if chunk:
-                            writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                            await writer.drain()
-                    writer.write(b"0\r\n\r\n")
-                await writer.drain()
-            async with asyncio.timeout(timeouts.get("read")):
-                raw = await reader.readuntil(b"\r\n\r\n")
-        except TimeoutError as exc:
-            conn.close()
-            raise httpx2.ReadTimeout("timed out waiting for the response") from exc
+            try:
+                async with asyncio.timeout(timeouts.get("write")):
+                    await _send(writer, head, body, request, chunked)
+            except TimeoutError as exc:
+                raise httpx2.WriteTimeout(f"timed out sending to {origin[1]}:{origin[2]}") from exc
+            try:
+                async with asyncio.timeout(timeouts.get("read")):
+                    raw = await reader.readuntil(b"\r\n\r\n")
+            except TimeoutError as exc:
+                raise httpx2.ReadTimeout(f"timed out waiting for {origin[1]}:{origin[2]} to answer") from exc
+            except asyncio.LimitOverrunError as exc:
+                raise httpx2.RemoteProtocolError(f"{origin[1]}:{origin[2]} sent a response head over 64 KiB") from exc
         except (asyncio.IncompleteReadError, ConnectionError) as exc:
-            conn.close()
+            conn.close(abort=True)
             if conn.reused and not getattr(exc, "partial", b""):
                 raise _Stale from exc
-            raise httpx2.RemoteProtocolError(f"the server closed the connection: {exc!r}") from exc
-        except asyncio.LimitOverrunError as exc:
-            conn.close()
-            raise httpx2.RemoteProtocolError("the response head is too large") from exc
+            raise httpx2.RemoteProtocolError(f"{origin[1]}:{origin[2]} closed the connection: {exc!r}") from exc
+        except BaseException:
+            conn.close(abort=True)
+            raise
         status, reason, headers, length, chunked, keep = _parse_head(raw, request.method)
         stream = _Body(self, origin, conn, length, chunked, keep, timeouts.get("read"))
         if length == 0 and not chunked:
@@ -261,6 +282,24 @@ class LeanTransport(httpx2.AsyncBaseTransport):
             for conn in conns:
                 conn.close()
         self._idle.clear()
+
+
+async def _send(
+    writer: asyncio.StreamWriter, head: bytes, body: bytes | None, request: httpx2.Request, chunked: bool
+) -> None:
+    """The head and a known-length body in one write (one segment for a small request); a
+    streamed body as it comes, chunked unless its length was given."""
+    if body is not None:
+        writer.write(head + body)
+    else:
+        writer.write(head)
+        async for chunk in request.stream:  # type: ignore[union-attr]
+            if chunk:
+                writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunked else chunk)
+                await writer.drain()
+        if chunked:
+            writer.write(b"0\r\n\r\n")
+    await writer.drain()
 
 
 class _Stale(Exception):
