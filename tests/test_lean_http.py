@@ -8,7 +8,10 @@ and the demo MCP server over streamable HTTP in both protocol eras, through a re
 from __future__ import annotations
 
 import asyncio
+import datetime
+import ipaddress
 import logging
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -18,6 +21,10 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from gateway.config.loader import load_config
 from gateway.config.settings import Settings, UpstreamSettings
@@ -72,8 +79,8 @@ class RawServer:
 
 
 @asynccontextmanager
-async def raw_server(handler: Handler) -> AsyncIterator[RawServer]:
-    """An HTTP server on 127.0.0.1 whose every connection runs `handler`."""
+async def raw_server(handler: Handler, tls: ssl.SSLContext | None = None) -> AsyncIterator[RawServer]:
+    """An HTTP server (HTTPS with `tls`) on 127.0.0.1 whose every connection runs `handler`."""
     state = RawServer(handler)
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -85,8 +92,8 @@ async def raw_server(handler: Handler) -> AsyncIterator[RawServer]:
         finally:
             writer.close()
 
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    state.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=tls)
+    state.url = f"{'https' if tls else 'http'}://127.0.0.1:{server.sockets[0].getsockname()[1]}"
     try:
         async with server:
             yield state
@@ -229,6 +236,54 @@ async def test_timeouts_and_refused_connections_are_httpx_errors_naming_the_orig
         async with lean_client() as client:
             with pytest.raises(httpx2.ConnectError, match=rf"127\.0\.0\.1:{port}"):
                 await client.get(server.url)
+
+
+def self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key, as PEM files."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_file, key_file
+
+
+async def test_https_is_verified_against_the_trust_httpx_would_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TLS with httpx2's default verification (`SSL_CERT_FILE` honoured); an unknown certificate
+    is refused."""
+    cert_file, key_file = self_signed(tmp_path)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert_file, key_file)
+    with anyio.fail_after(10):
+        async with raw_server(keep_alive, tls) as server:
+            monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+            monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+            async with upstream_http_client(server.url, {}, None, "lean", "web") as client:
+                with pytest.raises(httpx2.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+                    await client.get(server.url)
+            monkeypatch.setenv("SSL_CERT_FILE", str(cert_file))
+            async with upstream_http_client(server.url, {}, None, "lean", "web") as client:
+                assert isinstance(client._transport, LeanTransport)
+                for _ in range(3):
+                    assert (await client.post(server.url, json={})).content == b"ok"
+            assert server.connections == 1  # handshakes that succeeded: one kept-alive connection
 
 
 def test_a_proxy_from_the_environment_keeps_httpx_own_transport(caplog: pytest.LogCaptureFixture) -> None:
