@@ -11,6 +11,7 @@ import asyncio
 import datetime
 import ipaddress
 import logging
+import re
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -221,6 +222,53 @@ async def test_a_chunked_sse_body_split_at_odd_bytes_streams_whole_and_in_order(
             assert received == b"".join(SSE_EVENTS)
             assert (await client.get(server.url)).content == b"ok"
             assert server.connections == 1  # the chunked body was read to its end: reused
+
+
+@pytest.mark.parametrize(
+    ("answer", "error"),
+    [
+        (b"SSH-2.0-OpenSSH_9.6\r\n\r\n", "sent no HTTP/1.x status line"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: ten\r\n\r\n", "sent Content-Length b'ten'"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "malformed chunk size"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n", "chunk longer than its size"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", "closed the connection before the whole body"),
+    ],
+)
+async def test_a_malformed_answer_is_an_error_naming_the_origin_and_its_connection_is_dropped(
+    answer: bytes, error: str
+) -> None:
+    async def send(peer: Peer) -> None:
+        await peer.request()
+        peer.writer.write(answer)
+        await peer.writer.drain()
+        if answer.endswith(b"abc"):
+            return  # close mid-body
+        await peer.request()  # EOF once the client drops the connection
+        peer.server.closed += 1
+
+    with anyio.fail_after(10):
+        async with raw_server(send) as server, lean_client() as client:
+            with pytest.raises(httpx2.RemoteProtocolError, match=r"127\.0\.0\.1:\d+ .*" + re.escape(error)):
+                await client.get(server.url)
+            for _ in range(100):
+                if server.closed or answer.endswith(b"abc"):
+                    break
+                await anyio.sleep(0.02)
+            assert server.closed == 1 or answer.endswith(b"abc")
+
+
+async def test_an_informational_answer_before_the_response_is_skipped() -> None:
+    async def early_hints(peer: Peer) -> None:
+        await peer.request()
+        peer.writer.write(b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n")
+        await peer.answer(b"the answer")
+        await keep_alive(peer)
+
+    with anyio.fail_after(10):
+        async with raw_server(early_hints) as server, lean_client() as client:
+            response = await client.get(server.url)
+            assert (response.status_code, response.content) == (200, b"the answer")
+            assert (await client.get(server.url)).content == b"ok" and server.connections == 1
 
 
 async def test_timeouts_and_refused_connections_are_httpx_errors_naming_the_origin() -> None:

@@ -93,9 +93,11 @@ class _Body(httpx2.AsyncByteStream):
                 data: bytes = await fn(*args)
                 return data
         except TimeoutError as exc:
-            raise httpx2.ReadTimeout("timed out reading the response body") from exc
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError) as exc:
-            raise httpx2.RemoteProtocolError(f"the server closed the connection mid-body: {exc!r}") from exc
+            raise httpx2.ReadTimeout(f"timed out reading the response body from {_where(self._origin)}") from exc
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            raise httpx2.RemoteProtocolError(f"{_where(self._origin)} closed the connection mid-body: {exc!r}") from exc
+        except asyncio.LimitOverrunError as exc:
+            raise httpx2.RemoteProtocolError(f"{_where(self._origin)} sent a chunk-size line over 64 KiB") from exc
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         conn = self._conn
@@ -105,19 +107,28 @@ class _Body(httpx2.AsyncByteStream):
         if self._chunked:
             while True:
                 line = await self._read(reader.readuntil, b"\r\n")
-                size = int(line.split(b";", 1)[0].strip(), 16)
+                try:
+                    size = int(line.split(b";", 1)[0].strip(), 16)
+                except ValueError:
+                    raise httpx2.RemoteProtocolError(
+                        f"{_where(self._origin)} sent a malformed chunk size: {line[:40]!r}"
+                    ) from None
                 if size == 0:
                     while (await self._read(reader.readuntil, b"\r\n")) != b"\r\n":
                         pass  # trailers
                     break
                 data = await self._read(reader.readexactly, size + 2)
+                if data[-2:] != b"\r\n":
+                    raise httpx2.RemoteProtocolError(f"{_where(self._origin)} sent a chunk longer than its size")
                 yield data[:-2]
         elif self._length is not None:
             left = self._length
             while left > 0:
                 data = await self._read(reader.read, min(left, READ_SIZE))
                 if not data:
-                    raise httpx2.RemoteProtocolError("the server closed the connection before the whole body")
+                    raise httpx2.RemoteProtocolError(
+                        f"{_where(self._origin)} closed the connection before the whole body"
+                    )
                 left -= len(data)
                 yield data
         else:
@@ -243,16 +254,20 @@ class LeanTransport(httpx2.AsyncBaseTransport):
         timeouts: dict[str, Any],
     ) -> httpx2.Response:
         writer, reader = conn.writer, conn.reader
-        chunked = body is None and "content-length" not in request.headers
+        send_chunked = body is None and "content-length" not in request.headers
         try:
             try:
                 async with asyncio.timeout(timeouts.get("write")):
-                    await _send(writer, head, body, request, chunked)
+                    await _send(writer, head, body, request, send_chunked)
             except TimeoutError as exc:
                 raise httpx2.WriteTimeout(f"timed out sending to {origin[1]}:{origin[2]}") from exc
             try:
                 async with asyncio.timeout(timeouts.get("read")):
-                    raw = await reader.readuntil(b"\r\n\r\n")
+                    while True:  # an informational answer (103 Early Hints...) comes before the real one
+                        raw = await reader.readuntil(b"\r\n\r\n")
+                        status, reason, headers, length, chunked, keep = _parse_head(raw, request.method, origin)
+                        if not 100 <= status < 200 or status == 101:
+                            break
             except TimeoutError as exc:
                 raise httpx2.ReadTimeout(f"timed out waiting for {origin[1]}:{origin[2]} to answer") from exc
             except asyncio.LimitOverrunError as exc:
@@ -265,7 +280,6 @@ class LeanTransport(httpx2.AsyncBaseTransport):
         except BaseException:
             conn.close(abort=True)
             raise
-        status, reason, headers, length, chunked, keep = _parse_head(raw, request.method)
         stream = _Body(self, origin, conn, length, chunked, keep, timeouts.get("read"))
         if length == 0 and not chunked:
             stream._done()
@@ -306,13 +320,19 @@ class _Stale(Exception):
     """A reused connection closed before any byte of the response."""
 
 
-def _parse_head(raw: bytes, method: str) -> tuple[int, bytes, list[tuple[bytes, bytes]], int | None, bool, bool]:
+def _where(origin: Origin) -> str:
+    return f"{origin[1]}:{origin[2]}"
+
+
+def _parse_head(
+    raw: bytes, method: str, origin: Origin
+) -> tuple[int, bytes, list[tuple[bytes, bytes]], int | None, bool, bool]:
     """(status, reason, headers, content length, chunked, keep-alive) of a response head."""
     lines = raw[:-4].split(b"\r\n")
     version, _, rest = lines[0].partition(b" ")
     code, _, reason = rest.partition(b" ")
-    if not version.startswith(b"HTTP/1.") or len(code) != 3:
-        raise httpx2.RemoteProtocolError(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
+    if not version.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit():
+        raise httpx2.RemoteProtocolError(f"{_where(origin)} sent no HTTP/1.x status line: {lines[0][:80]!r}")
     status = int(code)
     headers: list[tuple[bytes, bytes]] = []
     length: int | None = None
@@ -321,12 +341,14 @@ def _parse_head(raw: bytes, method: str) -> tuple[int, bytes, list[tuple[bytes, 
     for line in lines[1:]:
         name, sep, value = line.partition(b":")
         if not sep:
-            raise httpx2.RemoteProtocolError(f"malformed response header: {line[:80]!r}")
+            raise httpx2.RemoteProtocolError(f"{_where(origin)} sent a malformed header: {line[:80]!r}")
         name = name.strip()
         value = value.strip()
         headers.append((name, value))
         lower = name.lower()
         if lower == b"content-length":
+            if not value.isdigit():
+                raise httpx2.RemoteProtocolError(f"{_where(origin)} sent Content-Length {value[:40]!r}")
             length = int(value)
         elif lower == b"transfer-encoding":
             chunked = value.lower().endswith(b"chunked")
