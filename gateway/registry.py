@@ -97,6 +97,7 @@ class Registry:
             "max_concurrent_calls": settings.resilience.max_concurrent_calls,
             "health_interval": settings.resilience.health_interval,
             "listing_dir": settings.data_dir / "listings",
+            "http_client": settings.upstreams.http_client,
         }
         self.task_status_listeners: list[TaskStatusListener] = []
         """Told of every `notifications/tasks/status` a server sends (`gateway.serving.tasks`)."""

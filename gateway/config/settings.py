@@ -350,6 +350,19 @@ class OAuthSettings(BaseModel):
     )
 
 
+class UpstreamSettings(BaseModel):
+    """How the gateway reaches its upstream servers (`gateway.upstreams`)."""
+
+    http_client: Literal["lean", "httpx"] = Field(
+        default="lean",
+        description=(
+            "The HTTP/1.1 layer under the client to streamable-HTTP servers: `lean`, the gateway's own "
+            "(`gateway.upstreams.lean_http`; less CPU per call), or `httpx`, httpx2's (httpcore2). "
+            "A server whose URL goes through a proxy from the environment gets `httpx` either way."
+        ),
+    )
+
+
 class Settings(BaseSettings):
     """Everything that is not in the YAML file."""
 
@@ -407,6 +420,7 @@ class Settings(BaseSettings):
     tracing: TracingSettings = Field(default_factory=TracingSettings)
     reload: ReloadSettings = Field(default_factory=ReloadSettings)
     oauth: OAuthSettings = Field(default_factory=OAuthSettings)
+    upstreams: UpstreamSettings = Field(default_factory=UpstreamSettings)
 
     @field_validator("database_url")
     @classmethod

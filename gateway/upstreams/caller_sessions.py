@@ -284,6 +284,7 @@ class CallerSessions:
             startup_timeout=shared.startup_timeout,
             call_timeout=shared.call_timeout,
             relay_requests=shared.relay_requests,
+            http_client=shared.http_client,
         )
         upstream.limiter = shared.limiter
         session = self._sessions[key] = _Session(upstream, events, anyio.current_time())

@@ -3,24 +3,34 @@
 - `watched`: any transport whose read stream sets an event when the peer goes away (the
   SDK keeps a `Client` open after its transport died).
 - `http_transport`: streamable HTTP that reports every response's status (and, while tracing is
-  on, sends the trace context as a `traceparent` header).
+  on, sends the trace context as a `traceparent` header), over the lean HTTP/1.1 transport
+  (`gateway.upstreams.lean_http`) unless the settings or a proxy say httpx2's own.
 
 stdio has its own module, `gateway.upstreams.stdio_child`, because it also owns a process group.
 """
 
 from __future__ import annotations
 
+import logging
+import urllib.request
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import httpx2
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT, create_mcp_http_client
 from opentelemetry import propagate, trace
 
-__all__ = ["http_transport", "watched"]
+from gateway.upstreams.lean_http import LeanTransport
+
+__all__ = ["HttpClientKind", "http_transport", "proxy_for", "upstream_http_client", "watched"]
+
+logger = logging.getLogger(__name__)
+
+HttpClientKind = Literal["lean", "httpx"]
+"""`GATEWAY_UPSTREAMS__HTTP_CLIENT`: the gateway's lean transport, or httpx2's (httpcore2)."""
 
 
 class _WatchedReadStream:
@@ -82,19 +92,65 @@ async def _inject_trace_context(request: Any) -> None:
 
 @asynccontextmanager
 async def http_transport(
-    url: str, headers: Mapping[str, str], on_status: Callable[[int], None], auth: httpx2.Auth | None = None
+    url: str,
+    headers: Mapping[str, str],
+    on_status: Callable[[int], None],
+    auth: httpx2.Auth | None = None,
+    client: HttpClientKind = "lean",
+    server: str = "",
 ) -> AsyncIterator[tuple[Any, Any]]:
     """Streamable HTTP, reporting every response's status (the SDK turns 401 and 500 alike
     into one generic JSON-RPC error, and the status is what tells them apart), and carrying the
-    trace context in each request's headers while tracing is on. `auth`: an OAuth server's tokens."""
+    trace context in each request's headers while tracing is on. `auth`: an OAuth server's tokens;
+    `client`, `server`: see `upstream_http_client`."""
 
     async def report(response: Any) -> None:
         on_status(response.status_code)
 
-    async with create_mcp_http_client(headers=dict(headers), auth=auth) as http_client:
+    async with upstream_http_client(url, headers, auth, client, server) as http_client:
         http_client.event_hooks["response"].append(report)
         # While tracing is on: `traceparent` in the headers too, for a server traced at its HTTP layer.
         if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):  # a provider is installed
             http_client.event_hooks["request"].append(_inject_trace_context)
         async with streamable_http_client(url, http_client=http_client) as streams:
             yield streams
+
+
+def upstream_http_client(
+    url: str, headers: Mapping[str, str], auth: httpx2.Auth | None, kind: HttpClientKind, server: str
+) -> httpx2.AsyncClient:
+    """The httpx2 client for one streamable-HTTP server, with the SDK's timeouts: over the lean
+    transport, unless `kind` is `httpx` or a proxy from the environment applies to `url` (the
+    lean transport speaks to origins directly; httpx2 honours `HTTPS_PROXY`, `NO_PROXY`...)."""
+    if kind == "lean":
+        proxy = proxy_for(url, urllib.request.getproxies())
+        if proxy is None:
+            return httpx2.AsyncClient(
+                headers=dict(headers),
+                auth=auth,
+                timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
+                transport=LeanTransport(),
+            )
+        where = httpx2.URL(proxy if "://" in proxy else f"http://{proxy}")  # no credentials in the log
+        logger.info(
+            "server %r is reached through the proxy at %s:%s (from the environment), over httpx2's own transport",
+            server,
+            where.host,
+            where.port or "",
+        )
+    return create_mcp_http_client(headers=dict(headers), auth=auth)
+
+
+def proxy_for(url: str, proxies: Mapping[str, str]) -> str | None:
+    """The proxy that `proxies` (as `urllib.request.getproxies()` reads them from the
+    environment: `http`, `https`, `all`, `no`) sets for `url`, or None when none applies."""
+    parsed = httpx2.URL(url)
+    proxy = proxies.get(parsed.scheme) or proxies.get("all")
+    if not proxy:
+        return None
+    host = f"{parsed.host}:{parsed.port}" if parsed.port else parsed.host
+    # `NO_PROXY` read the way urllib reads it (undocumented, so not in typeshed).
+    bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]
+    if "no" in proxies and bypass(host, dict(proxies)):
+        return None
+    return proxy

@@ -56,7 +56,7 @@ from gateway.upstreams.spec import CONNECTED_STATES, LISTED_STATES, ServerState,
 from gateway.upstreams.stderr import StderrLog
 from gateway.upstreams.stdio_child import stdio_child
 from gateway.upstreams.subscriptions import Subscriptions, cancel_when
-from gateway.upstreams.transports import http_transport, watched
+from gateway.upstreams.transports import HttpClientKind, http_transport, watched
 from gateway.version import gateway_version
 
 __all__ = [
@@ -117,8 +117,11 @@ class Upstream:
         max_concurrent_calls: int = 32,
         health_interval: float = 30.0,
         listing_dir: Path | None = None,
+        http_client: HttpClientKind = "lean",
     ) -> None:
         self.spec = spec
+        self.http_client: HttpClientKind = http_client
+        """The HTTP layer for a streamable-HTTP server (`gateway.upstreams.transports`)."""
         self.relay_requests = relay_requests
         """Whether to offer sampling, elicitation and roots upstream (only when a client can answer)."""
         self.events = events
@@ -344,7 +347,14 @@ class Upstream:
             target = watched(stdio_child(spec.target, errlog or sys.stderr, self._on_spawn), self._closed)
         elif spec.transport == "http":
             assert isinstance(spec.target, str)
-            http = http_transport(spec.target, spec.headers, self._on_http_status, auth=self._auth)
+            http = http_transport(
+                spec.target,
+                spec.headers,
+                self._on_http_status,
+                auth=self._auth,
+                client=self.http_client,
+                server=spec.id,
+            )
             target = watched(http, self._closed)
         else:
             assert isinstance(spec.target, str)

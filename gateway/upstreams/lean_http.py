@@ -1,0 +1,361 @@
+"""A lean HTTP/1.1 transport under the gateway's upstream httpx2 client (issue 17).
+
+Profiled under load, httpx2's own transport (httpcore2's pool, h11, anyio streams) was most
+of the upstream side of a proxied call's CPU. `LeanTransport` replaces only that layer: it is
+an `httpx2.AsyncBaseTransport` over asyncio streams, so httpx2's `AsyncClient` still builds
+the requests, runs `Auth` flows (OAuth's included) and event hooks and carries the timeouts.
+It keeps a pool of idle keep-alive connections per origin (closed after `KEEPALIVE_EXPIRY`
+idle seconds, or when the server closed them), writes a request's head and a known-length
+body in one `write`, and reads a response body by Content-Length, chunked, or to EOF,
+streaming it (an SSE response) chunk by chunk. Measured in docs/benchmarks.md ("Upstream HTTP
+client: measured").
+
+What it does not do, so `gateway.upstreams.transports` does not use it then: proxies (a
+proxy from the environment for the upstream's URL keeps httpx2's own transport), HTTP/2.
+There is no cap on connections per origin: an upstream's `max_concurrent_calls` caps the
+requests in flight, and so the connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx2
+
+__all__ = ["LeanTransport"]
+
+KEEPALIVE_EXPIRY = 4.0
+"""Seconds an idle connection is kept: under uvicorn's 5 s keep-alive, so that the gateway
+drops a connection before a server does, not while sending on it."""
+REPLAYABLE = frozenset({"GET", "HEAD", "OPTIONS"})
+"""Methods sent again on a new connection when a kept-alive one turns out closed before any
+byte of the answer. Not POST: the server may have run the tool call before it closed."""
+READ_SIZE = 65536
+MAX_HEAD = 65536
+
+
+class _Conn:
+    __slots__ = ("reader", "writer", "idle_since", "reused")
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.idle_since = 0.0
+        self.reused = False
+
+    def usable(self, now: float) -> bool:
+        return (
+            now - self.idle_since < KEEPALIVE_EXPIRY
+            and not self.reader.at_eof()
+            and not self.writer.transport.is_closing()
+        )
+
+    def close(self, abort: bool = False) -> None:
+        """Close the socket; `abort` drops what is unsent too (a body read half-way leaves the
+        connection in no state to reuse or to wait for)."""
+        if abort:
+            self.writer.transport.abort()
+        else:
+            self.writer.close()
+
+
+Origin = tuple[str, str, int]
+
+
+class _Body(httpx2.AsyncByteStream):
+    """A response body read from one connection; gives the connection back when read to its end."""
+
+    def __init__(
+        self,
+        pool: LeanTransport,
+        origin: Origin,
+        conn: _Conn,
+        length: int | None,
+        chunked: bool,
+        keep: bool,
+        read_timeout: float | None,
+    ) -> None:
+        self._pool = pool
+        self._origin = origin
+        self._conn: _Conn | None = conn
+        self._length = length
+        self._chunked = chunked
+        self._keep = keep
+        self._timeout = read_timeout
+
+    async def _read(self, fn: Any, *args: Any) -> bytes:
+        try:
+            async with asyncio.timeout(self._timeout):
+                data: bytes = await fn(*args)
+                return data
+        except TimeoutError as exc:
+            raise httpx2.ReadTimeout(f"timed out reading the response body from {_where(self._origin)}") from exc
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            raise httpx2.RemoteProtocolError(f"{_where(self._origin)} closed the connection mid-body: {exc!r}") from exc
+        except asyncio.LimitOverrunError as exc:
+            raise httpx2.RemoteProtocolError(f"{_where(self._origin)} sent a chunk-size line over 64 KiB") from exc
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        conn = self._conn
+        if conn is None:
+            return
+        reader = conn.reader
+        if self._chunked:
+            while True:
+                line = await self._read(reader.readuntil, b"\r\n")
+                try:
+                    size = int(line.split(b";", 1)[0].strip(), 16)
+                except ValueError:
+                    raise httpx2.RemoteProtocolError(
+                        f"{_where(self._origin)} sent a malformed chunk size: {line[:40]!r}"
+                    ) from None
+                if size == 0:
+                    while (await self._read(reader.readuntil, b"\r\n")) != b"\r\n":
+                        pass  # trailers
+                    break
+                data = await self._read(reader.readexactly, size + 2)
+                if data[-2:] != b"\r\n":
+                    raise httpx2.RemoteProtocolError(f"{_where(self._origin)} sent a chunk longer than its size")
+                yield data[:-2]
+        elif self._length is not None:
+            left = self._length
+            while left > 0:
+                data = await self._read(reader.read, min(left, READ_SIZE))
+                if not data:
+                    raise httpx2.RemoteProtocolError(
+                        f"{_where(self._origin)} closed the connection before the whole body"
+                    )
+                left -= len(data)
+                yield data
+        else:
+            self._keep = False
+            while data := await self._read(reader.read, READ_SIZE):
+                yield data
+        self._done()
+
+    def _done(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        if self._keep:
+            self._pool._release(self._origin, conn)
+        else:
+            conn.close()
+
+    async def aclose(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:  # not read to its end: the connection's state is unknown
+            conn.close(abort=True)
+
+
+class LeanTransport(httpx2.AsyncBaseTransport):
+    """HTTP/1.1 over asyncio streams, a keep-alive pool per origin."""
+
+    def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
+        self._idle: dict[Origin, list[_Conn]] = {}
+        self._ssl = ssl_context
+        self._closed = False
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            self._ssl = httpx2.create_ssl_context()
+        return self._ssl
+
+    def _release(self, origin: Origin, conn: _Conn) -> None:
+        if self._closed:
+            conn.close()
+            return
+        now = time.monotonic()
+        conn.idle_since = now
+        conn.reused = True
+        idle = self._idle.setdefault(origin, [])
+        while idle and not idle[0].usable(now):  # the oldest first: idle close without a timer
+            idle.pop(0).close()
+        idle.append(conn)
+
+    async def _connect(self, origin: Origin, timeout: float | None) -> _Conn:
+        scheme, host, port = origin
+        try:
+            async with asyncio.timeout(timeout):
+                if scheme == "https":
+                    reader, writer = await asyncio.open_connection(
+                        host, port, ssl=self._ssl_context(), server_hostname=host, limit=MAX_HEAD
+                    )
+                else:
+                    reader, writer = await asyncio.open_connection(host, port, limit=MAX_HEAD)
+        except TimeoutError as exc:
+            raise httpx2.ConnectTimeout(f"connecting to {host}:{port} timed out") from exc
+        except OSError as exc:
+            raise httpx2.ConnectError(f"cannot connect to {host}:{port}: {exc}") from exc
+        return _Conn(reader, writer)
+
+    def _acquire_idle(self, origin: Origin) -> _Conn | None:
+        idle = self._idle.get(origin)
+        now = time.monotonic()
+        while idle:
+            conn = idle.pop()
+            if conn.usable(now):
+                return conn
+            conn.close()
+        return None
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        url = request.url
+        scheme = url.scheme
+        if scheme not in ("http", "https"):
+            raise httpx2.UnsupportedProtocol(f"the lean transport speaks http and https, not {scheme!r}")
+        origin: Origin = (scheme, url.host, url.port or (443 if scheme == "https" else 80))
+        timeouts = request.extensions.get("timeout", {})
+        try:
+            body: bytes | None = request.content
+        except httpx2.RequestNotRead:
+            body = None
+        chunked = body is None and "content-length" not in request.headers
+        head = self._head(request, chunked)
+        conn = self._acquire_idle(origin)
+        if conn is not None:
+            try:
+                return await self._exchange(request, origin, conn, head, body, timeouts)
+            except _Stale as exc:
+                if request.method not in REPLAYABLE:
+                    raise httpx2.RemoteProtocolError(
+                        f"{origin[1]}:{origin[2]} closed a kept-alive connection without answering "
+                        f"{request.method} {url.raw_path.decode('ascii', 'replace')}"
+                    ) from exc
+        conn = await self._connect(origin, timeouts.get("connect"))
+        try:
+            return await self._exchange(request, origin, conn, head, body, timeouts)
+        except _Stale as exc:
+            raise httpx2.RemoteProtocolError(
+                f"{origin[1]}:{origin[2]} closed the connection without answering {request.method}"
+            ) from exc
+
+    @staticmethod
+    def _head(request: httpx2.Request, chunked: bool) -> bytes:
+        """The request line and headers (httpx2 has set Host, Content-Length and the rest)."""
+        target = request.url.raw_path
+        lines = [request.method.encode("ascii") + b" " + target + b" HTTP/1.1"]
+        lines += [name + b": " + value for name, value in request.headers.raw]
+        if chunked and "transfer-encoding" not in request.headers:
+            lines.append(b"Transfer-Encoding: chunked")
+        return b"\r\n".join(lines) + b"\r\n\r\n"
+
+    async def _exchange(
+        self,
+        request: httpx2.Request,
+        origin: Origin,
+        conn: _Conn,
+        head: bytes,
+        body: bytes | None,
+        timeouts: dict[str, Any],
+    ) -> httpx2.Response:
+        writer, reader = conn.writer, conn.reader
+        send_chunked = body is None and "content-length" not in request.headers
+        try:
+            try:
+                async with asyncio.timeout(timeouts.get("write")):
+                    await _send(writer, head, body, request, send_chunked)
+            except TimeoutError as exc:
+                raise httpx2.WriteTimeout(f"timed out sending to {origin[1]}:{origin[2]}") from exc
+            try:
+                async with asyncio.timeout(timeouts.get("read")):
+                    while True:  # an informational answer (103 Early Hints...) comes before the real one
+                        raw = await reader.readuntil(b"\r\n\r\n")
+                        status, reason, headers, length, chunked, keep = _parse_head(raw, request.method, origin)
+                        if not 100 <= status < 200 or status == 101:
+                            break
+            except TimeoutError as exc:
+                raise httpx2.ReadTimeout(f"timed out waiting for {origin[1]}:{origin[2]} to answer") from exc
+            except asyncio.LimitOverrunError as exc:
+                raise httpx2.RemoteProtocolError(f"{origin[1]}:{origin[2]} sent a response head over 64 KiB") from exc
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            conn.close(abort=True)
+            if conn.reused and not getattr(exc, "partial", b""):
+                raise _Stale from exc
+            raise httpx2.RemoteProtocolError(f"{origin[1]}:{origin[2]} closed the connection: {exc!r}") from exc
+        except BaseException:
+            conn.close(abort=True)
+            raise
+        stream = _Body(self, origin, conn, length, chunked, keep, timeouts.get("read"))
+        if length == 0 and not chunked:
+            stream._done()
+        return httpx2.Response(
+            status,
+            headers=headers,
+            stream=stream,
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason},
+        )
+
+    async def aclose(self) -> None:
+        self._closed = True
+        for conns in self._idle.values():
+            for conn in conns:
+                conn.close()
+        self._idle.clear()
+
+
+async def _send(
+    writer: asyncio.StreamWriter, head: bytes, body: bytes | None, request: httpx2.Request, chunked: bool
+) -> None:
+    """The head and a known-length body in one write (one segment for a small request); a
+    streamed body as it comes, chunked unless its length was given."""
+    if body is not None:
+        writer.write(head + body)
+    else:
+        writer.write(head)
+        async for chunk in request.stream:  # type: ignore[union-attr]
+            if chunk:
+                writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunked else chunk)
+                await writer.drain()
+        if chunked:
+            writer.write(b"0\r\n\r\n")
+    await writer.drain()
+
+
+class _Stale(Exception):
+    """A reused connection closed before any byte of the response."""
+
+
+def _where(origin: Origin) -> str:
+    return f"{origin[1]}:{origin[2]}"
+
+
+def _parse_head(
+    raw: bytes, method: str, origin: Origin
+) -> tuple[int, bytes, list[tuple[bytes, bytes]], int | None, bool, bool]:
+    """(status, reason, headers, content length, chunked, keep-alive) of a response head."""
+    lines = raw[:-4].split(b"\r\n")
+    version, _, rest = lines[0].partition(b" ")
+    code, _, reason = rest.partition(b" ")
+    if not version.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit():
+        raise httpx2.RemoteProtocolError(f"{_where(origin)} sent no HTTP/1.x status line: {lines[0][:80]!r}")
+    status = int(code)
+    headers: list[tuple[bytes, bytes]] = []
+    length: int | None = None
+    chunked = False
+    keep = version == b"HTTP/1.1"
+    for line in lines[1:]:
+        name, sep, value = line.partition(b":")
+        if not sep:
+            raise httpx2.RemoteProtocolError(f"{_where(origin)} sent a malformed header: {line[:80]!r}")
+        name = name.strip()
+        value = value.strip()
+        headers.append((name, value))
+        lower = name.lower()
+        if lower == b"content-length":
+            if not value.isdigit():
+                raise httpx2.RemoteProtocolError(f"{_where(origin)} sent Content-Length {value[:40]!r}")
+            length = int(value)
+        elif lower == b"transfer-encoding":
+            chunked = value.lower().endswith(b"chunked")
+        elif lower == b"connection":
+            keep = value.lower() != b"close" if keep else value.lower() == b"keep-alive"
+    if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+        length, chunked = 0, False
+    elif chunked:
+        length = None
+    return status, reason, headers, length, chunked, keep
