@@ -518,13 +518,19 @@ def test_queries_give_their_vectors_while_documents_are_embedded_in_bulk(data_di
     assert isinstance(workers, FastEmbedEmbedder)
     expected = workers.embed_query("read a file")
     results: list[np.ndarray] = []
-    bulk = threading.Thread(target=lambda: results.append(workers.embed_documents(_tool_texts(300))))
+    assert not workers.in_bulk
+    bulk = threading.Thread(target=lambda: results.append(workers.embed_documents(_tool_texts(600))))
     bulk.start()
     try:
+        for _ in range(10_000):
+            if workers.in_bulk or not bulk.is_alive():
+                break
+            threading.Event().wait(0.001)
+        assert workers.in_bulk  # the queries below run beside the workers, on their session
         queries = [workers.embed_query("read a file") for _ in range(5)]
     finally:
         bulk.join(120)
-    assert not bulk.is_alive() and results[0].shape == (300, 384)
+    assert not bulk.is_alive() and results[0].shape == (600, 384) and not workers.in_bulk
     for query in queries:
         np.testing.assert_allclose(query, expected, atol=1e-6)
 

@@ -98,9 +98,10 @@ class FastEmbedEmbedder:
     Calls on the main session are serialized by a lock, so one instance may be used from
     any thread. Queries go first: document batches wait (up to `QUERY_PRIORITY_SECONDS`)
     while a query waits for the model. Documents in bulk run on their own single-threaded
-    session by `document_workers` threads (default: one per core, or `threads`), so a query
-    runs beside the batches in progress instead of after them; 1 runs every document on
-    the main session, one batch at a time, as before (and costs no second session).
+    session by `document_workers` threads (default: one per core, or `threads`), and a
+    query meanwhile runs beside the batches in progress, single-threaded on that session
+    too, instead of after them; 1 runs every document on the main session, one batch at a
+    time, as before (and costs no second session).
     """
 
     def __init__(
@@ -135,6 +136,8 @@ class FastEmbedEmbedder:
         self._batch_size = batch_size
         self._lock = threading.Lock()
         self._documents_lock = threading.Lock()
+        self._in_bulk = False
+        """True while documents in bulk run on the document session (queries then run there too)."""
         self._waiting_queries = 0
         self._queries_changed = threading.Condition()
         # The bundled model's layout (mean pooling, no query prefix) is run directly.
@@ -171,6 +174,11 @@ class FastEmbedEmbedder:
         return self._document_workers
 
     @property
+    def in_bulk(self) -> bool:
+        """True while documents in bulk run on the document workers (queries then run beside them)."""
+        return self._in_bulk
+
+    @property
     def direct(self) -> bool:
         """True when the ONNX session is run directly (`gateway.router.pooling`), not through fastembed.
 
@@ -198,9 +206,13 @@ class FastEmbedEmbedder:
         if self.direct and self._document_workers > 1 and len(texts) > self._batch_size:
             assert self._encoder is not None
             with self._documents_lock:  # one bulk call at a time: its workers have the cores
-                return self._encoder.embed_documents(
-                    texts, self._batch_size, workers=self._document_workers, before_batch=self._yield_to_queries
-                )
+                self._in_bulk = True
+                try:
+                    return self._encoder.embed_documents(
+                        texts, self._batch_size, workers=self._document_workers, before_batch=self._yield_to_queries
+                    )
+                finally:
+                    self._in_bulk = False
         self._yield_to_queries()
         with self._lock:
             if self.direct:
@@ -228,6 +240,12 @@ class FastEmbedEmbedder:
         with self._queries_changed:
             self._waiting_queries += 1
         try:
+            if self.direct and self._in_bulk:
+                # Documents in bulk have every core, one thread each: a two-threaded run
+                # beside them stalls whenever one of its threads waits for a core, so the
+                # query is one more single-threaded run on their session.
+                assert self._encoder is not None
+                return self._encoder.embed_query(text, session=self._encoder.document_session)
             with self._lock:
                 if self.direct:
                     assert self._encoder is not None

@@ -131,10 +131,11 @@ class MeanPoolingEncoder:
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         return np.asarray(pooled / np.maximum(norms, np.float32(1e-12)), dtype=np.float32)
 
-    def embed_query(self, text: str) -> Vector:
-        """One text, unpadded, at most `max_query_tokens` word pieces (special tokens included)."""
+    def embed_query(self, text: str, session: Any = None) -> Vector:
+        """One text, unpadded, at most `max_query_tokens` word pieces (special tokens included);
+        on `session` if given (e.g. the document session), else the main one."""
         ids = np.asarray([self._query_tokenizer.encode(text).ids], dtype=np.int64)
-        return self._run(ids, np.ones_like(ids))[0]
+        return self._run(ids, np.ones_like(ids), session)[0]
 
     def token_vectors(self, text: str, max_tokens: int) -> tuple[list[int], Matrix]:
         """The word pieces of `text` (at most `max_tokens`, special tokens included) and their
