@@ -544,3 +544,21 @@ def test_document_workers_default_to_threads_then_to_the_cores(data_dir: Path) -
     assert isinstance(default, FastEmbedEmbedder) and default.document_workers == available_cores()
     with pytest.raises(ValueError, match="document_workers must be at least 1"):
         FastEmbedEmbedder("sentence-transformers/all-MiniLM-L6-v2", model_id="x", document_workers=0)
+
+
+def test_without_a_second_session_documents_run_one_batch_at_a_time_and_a_warning_says_why(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from gateway.router import pooling
+
+    def refuse(model_file: Path) -> None:
+        raise RuntimeError(f"cannot open {model_file.name} twice here")
+
+    monkeypatch.setattr(pooling, "document_session", refuse)
+    with caplog.at_level(logging.WARNING, logger="gateway.router.pooling"):
+        fallback = load_embedder(EmbeddingSettings(document_workers=2), data_dir)
+    assert isinstance(fallback, FastEmbedEmbedder) and fallback.direct and fallback.document_workers == 1
+    (message,) = [r.getMessage() for r in caplog.records if r.name == "gateway.router.pooling"]
+    assert "document workers" in message and "cannot open model.onnx twice here" in message
+    assert "GATEWAY_EMBEDDING__DOCUMENT_WORKERS=1" in message
+    assert fallback.embed_documents(_tool_texts(20)).shape == (20, 384)

@@ -28,6 +28,7 @@ vector does not depend on its batch, its padding or the number of threads.
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -37,6 +38,8 @@ import numpy as np
 import numpy.typing as npt
 
 from gateway.router.base import Matrix, Vector
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "MeanPoolingEncoder",
@@ -212,7 +215,18 @@ def fastembed_encoder(model: Any, max_query_tokens: int, *, document_workers: in
         return None
     documents = None
     if document_workers > 1:
-        documents = document_session(Path(inner._model_dir) / inner.model_description.model_file)
+        model_file = Path(inner._model_dir) / inner.model_description.model_file
+        try:
+            documents = document_session(model_file)
+        except Exception as e:  # noqa: BLE001 - onnxruntime raises anything; the main session works
+            logger.warning(
+                "router: no second session of %s for document workers (%s: %s); documents are embedded "
+                "one batch at a time on the query session (set GATEWAY_EMBEDDING__DOCUMENT_WORKERS=1 to "
+                "skip the attempt)",
+                model_file,
+                type(e).__name__,
+                e,
+            )
     return MeanPoolingEncoder(
         inner.model, inner.tokenizer, max_query_tokens=max_query_tokens, document_session=documents
     )
