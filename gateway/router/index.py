@@ -76,24 +76,21 @@ EMBED_BATCH = 32
 """Documents per `embed_documents` call during an update (one progress step each), at least."""
 
 ENRICH_BATCH = 1
-"""Full texts per `embed_documents` call during `Router.enrich` when the embedder runs
-documents one batch at a time on the model that queries use: a search waiting for it
-(calls are serialized) waits for one text at most. An embedder with document workers
-gets `bulk_size` texts per call instead (searches run beside its batches)."""
+"""Full texts per `embed_documents` call during `Router.enrich` for an embedder without
+document workers: a search waiting for the model then waits for one text at most."""
 
 BULK_ROUNDS = 8
-"""With document workers: batches per worker in one `embed_documents` call, so that the
-workers rarely wait for each other at the end of a call (about 0.5 s of full texts)."""
+"""With document workers, batches per worker in one call (`bulk_size`): they rarely wait
+for each other at the end of a call, and searches run beside them."""
 
 
 def bulk_size(embedder: Embedder, minimum: int) -> int:
-    """Texts per `embed_documents` call for an embedder: at least `minimum`; with document
-    workers (`FastEmbedEmbedder.document_workers` > 1) enough for `BULK_ROUNDS` batches each."""
+    """Texts per `embed_documents` call: at least `minimum`, or `BULK_ROUNDS` batches per
+    worker for an embedder with document workers (`FastEmbedEmbedder.document_workers`)."""
     workers = int(getattr(embedder, "document_workers", 1) or 1)
     if workers <= 1:
         return minimum
-    batch = int(getattr(embedder, "batch_size", 1) or 1)
-    return max(minimum, workers * batch * BULK_ROUNDS)
+    return max(minimum, workers * int(getattr(embedder, "batch_size", 1) or 1) * BULK_ROUNDS)
 
 
 ENRICH_SWAP_SECONDS = 2.0
