@@ -485,3 +485,80 @@ def test_an_unwritable_cache_location_is_a_warning_and_no_cache(
         assert cache.get_many(["k"]) == {}
     assert not cache.usable
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
+
+
+# --------------------------------------------------------------------------- documents in bulk
+
+
+def _tool_texts(count: int) -> list[str]:
+    """Texts of many lengths, from a few words to a few hundred word pieces."""
+    words = "read write list search create delete the file issue message channel repository weather".split()
+    rng = np.random.default_rng(7)
+    return [" ".join(rng.choice(words, size=int(n))) + f" tool {i}." for i, n in enumerate(rng.integers(2, 200, count))]
+
+
+def test_documents_in_bulk_run_on_workers_and_give_the_vectors_of_one_at_a_time(
+    data_dir: Path, embedder: FastEmbedEmbedder
+) -> None:
+    one_at_a_time = load_embedder(EmbeddingSettings(document_workers=1), data_dir)
+    assert isinstance(one_at_a_time, FastEmbedEmbedder) and one_at_a_time.document_workers == 1
+    workers = load_embedder(EmbeddingSettings(document_workers=2, batch_size=4), data_dir)
+    assert isinstance(workers, FastEmbedEmbedder) and workers.document_workers == 2
+    texts = _tool_texts(61)
+    expected = np.stack([one_at_a_time.embed_documents([t])[0] for t in texts])
+    in_bulk = workers.embed_documents(texts)
+    assert in_bulk.shape == (61, 384) and in_bulk.dtype == np.float32
+    # the same vectors: a text's vector does not depend on its batch, its padding or the threads
+    np.testing.assert_allclose(in_bulk, expected, atol=1e-6)
+    np.testing.assert_allclose(embedder.embed_documents(texts), expected, atol=1e-6)
+
+
+def test_queries_give_their_vectors_while_documents_are_embedded_in_bulk(data_dir: Path) -> None:
+    workers = load_embedder(EmbeddingSettings(document_workers=2), data_dir)
+    assert isinstance(workers, FastEmbedEmbedder)
+    expected = workers.embed_query("read a file")
+    results: list[np.ndarray] = []
+    assert not workers.in_bulk
+    bulk = threading.Thread(target=lambda: results.append(workers.embed_documents(_tool_texts(600))))
+    bulk.start()
+    try:
+        for _ in range(10_000):
+            if workers.in_bulk or not bulk.is_alive():
+                break
+            threading.Event().wait(0.001)
+        assert workers.in_bulk  # the queries below run beside the workers, on their session
+        queries = [workers.embed_query("read a file") for _ in range(5)]
+    finally:
+        bulk.join(120)
+    assert not bulk.is_alive() and results[0].shape == (600, 384) and not workers.in_bulk
+    for query in queries:
+        np.testing.assert_allclose(query, expected, atol=1e-6)
+
+
+def test_document_workers_default_to_threads_then_to_the_cores(data_dir: Path) -> None:
+    from gateway.router.embedder import available_cores
+
+    single = load_embedder(EmbeddingSettings(threads=1), data_dir)
+    assert isinstance(single, FastEmbedEmbedder) and single.document_workers == 1
+    default = load_embedder(EmbeddingSettings(), data_dir)
+    assert isinstance(default, FastEmbedEmbedder) and default.document_workers == available_cores()
+    with pytest.raises(ValueError, match="document_workers must be at least 1"):
+        FastEmbedEmbedder("sentence-transformers/all-MiniLM-L6-v2", model_id="x", document_workers=0)
+
+
+def test_without_a_second_session_documents_run_one_batch_at_a_time_and_a_warning_says_why(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from gateway.router import pooling
+
+    def refuse(model_file: Path) -> None:
+        raise RuntimeError(f"cannot open {model_file.name} twice here")
+
+    monkeypatch.setattr(pooling, "document_session", refuse)
+    with caplog.at_level(logging.WARNING, logger="gateway.router.pooling"):
+        fallback = load_embedder(EmbeddingSettings(document_workers=2), data_dir)
+    assert isinstance(fallback, FastEmbedEmbedder) and fallback.direct and fallback.document_workers == 1
+    (message,) = [r.getMessage() for r in caplog.records if r.name == "gateway.router.pooling"]
+    assert "document workers" in message and "cannot open model.onnx twice here" in message
+    assert "GATEWAY_EMBEDDING__DOCUMENT_WORKERS=1" in message
+    assert fallback.embed_documents(_tool_texts(20)).shape == (20, 384)

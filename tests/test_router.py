@@ -28,8 +28,9 @@ from gateway.router.documents import (
     truncate,
     truncate_tokens,
 )
+from gateway.router.embedder import FastEmbedEmbedder
 from gateway.router.eval import format_report, load_catalog, run_eval
-from gateway.router.index import Router, RouterConfig
+from gateway.router.index import BULK_ROUNDS, EMBED_BATCH, Router, RouterConfig, bulk_size
 from gateway.router.steps import split_query
 from tests.conftest import REPO
 
@@ -685,3 +686,20 @@ def bundled_router(embedder: Embedder, tmp_path_factory: pytest.TempPathFactory)
 @pytest.mark.parametrize(("query", "expected"), EVERYDAY_REQUESTS)
 def test_everyday_requests_find_the_bundled_tool_first(bundled_router: Router, query: str, expected: str) -> None:
     assert bundled_router.search(query, k=3)[0].name == expected
+
+
+# --------------------------------------------------------------------------- calls to the embedder
+
+
+def test_an_embedder_with_document_workers_gets_enough_texts_per_call_to_keep_them_busy(
+    embedder: FastEmbedEmbedder,
+) -> None:
+    class Plain:  # an embedder without workers (the protocol alone)
+        model_id = "plain"
+        dim = 3
+
+    assert bulk_size(Plain(), EMBED_BATCH) == EMBED_BATCH and bulk_size(Plain(), 1) == 1
+    assert embedder.document_workers >= 1
+    expected = embedder.document_workers * embedder.batch_size * BULK_ROUNDS if embedder.document_workers > 1 else 1
+    assert bulk_size(embedder, 1) == expected
+    assert bulk_size(embedder, 10_000) == 10_000

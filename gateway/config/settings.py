@@ -134,6 +134,16 @@ class EmbeddingSettings(BaseModel):
         default=None, description="A local directory with a fastembed-compatible ONNX model and its tokenizer."
     )
     threads: int | None = Field(default=None, ge=1, description="ONNX Runtime threads; unset: all cores.")
+    document_workers: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description=(
+            "Document batches embedded at once in bulk, each single-threaded on a second model "
+            "session (about 85 MB); 1: one at a time on the query session, no second session; "
+            "unset: `threads`, else one per core."
+        ),
+    )
     batch_size: int = Field(
         default=8,
         ge=1,

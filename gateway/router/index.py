@@ -68,17 +68,30 @@ from gateway.router.query import compact_query
 from gateway.router.signals import UsageSignal
 from gateway.router.steps import split_query
 
-__all__ = ["EMBED_BATCH", "ENRICH_BATCH", "Router", "RouterConfig"]
+__all__ = ["EMBED_BATCH", "ENRICH_BATCH", "Router", "RouterConfig", "bulk_size"]
 
 Fusion = Literal["weighted", "rrf", "dense", "bm25"]
 
 EMBED_BATCH = 32
-"""Documents per `embed_documents` call during an update (one progress step each)."""
+"""Documents per `embed_documents` call during an update (one progress step each), at least."""
 
 ENRICH_BATCH = 1
-"""Full texts per `embed_documents` call during `Router.enrich`. One at a time: a search
-waiting for the model (calls to it are serialized) waits for one text at most, and on
-this CPU length-sorted texts one by one embed fastest (no padding; docs/benchmarks.md)."""
+"""Full texts per `embed_documents` call during `Router.enrich` for an embedder without
+document workers: a search waiting for the model then waits for one text at most."""
+
+BULK_ROUNDS = 8
+"""With document workers, batches per worker in one call (`bulk_size`): they rarely wait
+for each other at the end of a call, and searches run beside them."""
+
+
+def bulk_size(embedder: Embedder, minimum: int) -> int:
+    """Texts per `embed_documents` call: at least `minimum`, or `BULK_ROUNDS` batches per
+    worker for an embedder with document workers (`FastEmbedEmbedder.document_workers`)."""
+    workers = int(getattr(embedder, "document_workers", 1) or 1)
+    if workers <= 1:
+        return minimum
+    return max(minimum, workers * int(getattr(embedder, "batch_size", 1) or 1) * BULK_ROUNDS)
+
 
 ENRICH_SWAP_SECONDS = 2.0
 """How often `enrich` swaps in the vectors embedded so far (each swap copies the matrix)."""
@@ -366,10 +379,11 @@ class Router:
                 total = done + len(todo)
                 if progress is not None:
                     progress(done, total)
-                for start in range(0, len(todo), ENRICH_BATCH):
+                step = bulk_size(embedder, ENRICH_BATCH)
+                for start in range(0, len(todo), step):
                     if (stop is not None and stop.is_set()) or self._snapshot is not snap:
                         break
-                    batch = todo[start : start + ENRICH_BATCH]
+                    batch = todo[start : start + step]
                     new = dict(zip([k for k, _ in batch], self._embed_batch([t for _, t in batch]), strict=True))
                     unsaved.update(new)
                     with self._update_lock:
@@ -422,8 +436,9 @@ class Router:
             total = len(missing)
             if progress is not None:
                 progress(0, total)
-            for start in range(0, total, EMBED_BATCH):
-                batch = missing[start : start + EMBED_BATCH]
+            step = bulk_size(embedder, EMBED_BATCH)
+            for start in range(0, total, step):
+                batch = missing[start : start + step]
                 new = dict(zip(batch, self._embed_batch([text_of[k] for k in batch]), strict=True))
                 found.update(new)
                 self.embedded_documents += len(batch)
