@@ -126,8 +126,11 @@ def main() -> None:
             f"{mode:5} gateway CPU {summary[mode]['cpu_ms_per_session']:.3f} ms/session, "
             f"{summary[mode]['sessions_per_s']:.0f} sessions/s"
         )
-    ratio = summary["auto"]["cpu_ms_per_session"] / summary["sse"]["cpu_ms_per_session"]
-    print(f"auto/sse gateway CPU per session: {ratio:.2f}")
+    sse_cpu = summary["sse"]["cpu_ms_per_session"]
+    if sse_cpu > 0:
+        print(f"auto/sse gateway CPU per session: {summary['auto']['cpu_ms_per_session'] / sse_cpu:.2f}")
+    else:  # /proc counts CPU in clock ticks (10 ms): a short run can read none
+        print("auto/sse gateway CPU per session: too few sessions to measure (raise --sessions)")
     if args.json:
         machine = {"cpus": os.cpu_count(), "python": platform.python_version(), "loadavg": os.getloadavg()}
         print(json.dumps({"benchmark": "session_open", "machine": machine, "modes": summary, "rounds": rows}))
