@@ -562,3 +562,28 @@ def test_without_a_second_session_documents_run_one_batch_at_a_time_and_a_warnin
     assert "document workers" in message and "cannot open model.onnx twice here" in message
     assert "GATEWAY_EMBEDDING__DOCUMENT_WORKERS=1" in message
     assert fallback.embed_documents(_tool_texts(20)).shape == (20, 384)
+
+
+def test_the_document_session_is_released_when_idle_and_opened_again_for_the_next_bulk(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its weights are a second copy of the model (~100 MB): a serving gateway gives them back."""
+    from gateway.router import embedder as embedder_module
+
+    monkeypatch.setattr(embedder_module, "DOCUMENT_SESSION_IDLE_SECONDS", 1.0)
+    workers = load_embedder(EmbeddingSettings(document_workers=2, batch_size=4), data_dir)
+    assert isinstance(workers, FastEmbedEmbedder) and workers.document_workers == 2
+
+    def released() -> bool:
+        for _ in range(200):  # at most 10 s
+            if not workers.holds_document_session:
+                return True
+            threading.Event().wait(0.05)
+        return False
+
+    assert released()  # opened at start to check that it works, then let go
+    texts = _tool_texts(40)
+    first = workers.embed_documents(texts)
+    assert workers.holds_document_session  # kept between the calls of one cold index
+    assert released()
+    np.testing.assert_allclose(workers.embed_documents(texts), first, atol=1e-6)  # opened again

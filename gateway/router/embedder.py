@@ -71,6 +71,10 @@ _ENV_ENABLED = "GATEWAY_EMBEDDING__ENABLED"
 QUERY_PRIORITY_SECONDS = 1.0
 """How long a document batch waits for queries waiting for the model before it runs anyway."""
 
+DOCUMENT_SESSION_IDLE_SECONDS = 30.0
+"""How long the document session is kept after the last call in bulk: the calls of one cold index
+come back to back, and a serving gateway gives the ~100 MB back (`GATEWAY_EMBEDDING__DOCUMENT_WORKERS`)."""
+
 
 def available_cores() -> int:
     """The CPU cores this process may run on (its affinity, where the OS tells it)."""
@@ -115,6 +119,7 @@ class FastEmbedEmbedder:
         batch_size: int = 8,
         max_query_tokens: int = 64,
         document_workers: int | None = None,
+        document_session_idle_seconds: float | None = None,
     ) -> None:
         from fastembed import TextEmbedding
 
@@ -146,10 +151,16 @@ class FastEmbedEmbedder:
         self._encoder = (
             fastembed_encoder(self._model, max_query_tokens, document_workers=workers) if same_layout else None
         )
-        self._document_workers = workers if self._encoder is not None and self._encoder.document_session else 1
+        self._document_workers = workers if self._encoder is not None and self._encoder.has_document_session else 1
+        self._release_after = (
+            DOCUMENT_SESSION_IDLE_SECONDS if document_session_idle_seconds is None else document_session_idle_seconds
+        )
+        self._last_bulk = time.monotonic()
+        self._release_timer: threading.Timer | None = None
         self._use_encoder = True
         probe = self._run(["warm-up"])
         self._dim = int(probe.shape[1])
+        self._schedule_release()  # opened to check it works; held only while documents come in bulk
 
     @property
     def model_id(self) -> str:
@@ -197,6 +208,47 @@ class FastEmbedEmbedder:
         with self._lock:
             return self._encoder.token_vectors(text, max_tokens)
 
+    def _document_session_open(self) -> bool:
+        """Open the document session again if it was released; False (logged) if it cannot be."""
+        assert self._encoder is not None
+        try:
+            return self._encoder.open_document_session() is not None
+        except Exception as e:  # noqa: BLE001 - onnxruntime raises anything; the main session works
+            logger.warning(
+                "router: the document session could not be opened again (%s: %s); these documents run one "
+                "batch at a time on the query session",
+                type(e).__name__,
+                e,
+            )
+            return False
+
+    def _schedule_release(self) -> None:
+        """Release the document session once no bulk call has come for `document_session_idle_seconds`
+        (its weights are a second copy of the model, ~100 MB): a cold index keeps it, a serving
+        gateway does not."""
+        if self._encoder is None or self._encoder.document_session is None or self._release_timer is not None:
+            return
+        due = self._last_bulk + self._release_after - time.monotonic()
+        timer = threading.Timer(max(due, 0.0), self._release_if_idle)
+        timer.daemon = True
+        self._release_timer = timer
+        timer.start()
+
+    def _release_if_idle(self) -> None:
+        with self._documents_lock:
+            self._release_timer = None
+            if self._encoder is None:
+                return
+            if time.monotonic() - self._last_bulk >= self._release_after:
+                self._encoder.release_document_session()
+            else:
+                self._schedule_release()
+
+    @property
+    def holds_document_session(self) -> bool:
+        """Whether the document session (a second copy of the weights) is open now."""
+        return self._encoder is not None and self._encoder.document_session is not None
+
     def _yield_to_queries(self) -> None:
         """Wait while queries wait for the model (bounded, so documents never starve)."""
         with self._queries_changed:
@@ -206,13 +258,16 @@ class FastEmbedEmbedder:
         if self.direct and self._document_workers > 1 and len(texts) > self._batch_size:
             assert self._encoder is not None
             with self._documents_lock:  # one bulk call at a time: its workers have the cores
-                self._in_bulk = True
-                try:
-                    return self._encoder.embed_documents(
-                        texts, self._batch_size, workers=self._document_workers, before_batch=self._yield_to_queries
-                    )
-                finally:
-                    self._in_bulk = False
+                if self._document_session_open():
+                    self._in_bulk = True
+                    try:
+                        return self._encoder.embed_documents(
+                            texts, self._batch_size, workers=self._document_workers, before_batch=self._yield_to_queries
+                        )
+                    finally:
+                        self._in_bulk = False
+                        self._last_bulk = time.monotonic()
+                        self._schedule_release()
         self._yield_to_queries()
         with self._lock:
             if self.direct:
@@ -240,12 +295,13 @@ class FastEmbedEmbedder:
         with self._queries_changed:
             self._waiting_queries += 1
         try:
-            if self.direct and self._in_bulk:
+            documents = self._encoder.document_session if self._encoder is not None else None
+            if self.direct and self._in_bulk and documents is not None:
                 # Documents in bulk have every core, one thread each: a two-threaded run
                 # beside them stalls whenever one of its threads waits for a core, so the
                 # query is one more single-threaded run on their session.
                 assert self._encoder is not None
-                return self._encoder.embed_query(text, session=self._encoder.document_session)
+                return self._encoder.embed_query(text, session=documents)
             with self._lock:
                 if self.direct:
                     assert self._encoder is not None

@@ -31,6 +31,7 @@ import copy
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -109,13 +110,21 @@ class MeanPoolingEncoder:
     """
 
     def __init__(
-        self, session: Any, tokenizer: Any, *, max_query_tokens: int, document_session: Any | None = None
+        self,
+        session: Any,
+        tokenizer: Any,
+        *,
+        max_query_tokens: int,
+        document_session: Any | None = None,
+        open_document_session: Callable[[], Any] | None = None,
     ) -> None:
         if max_query_tokens < 2:
             raise ValueError("max_query_tokens must be at least 2 (the special tokens)")
         self._session = session
         self.document_session = document_session
-        """The session that `embed_documents` runs with workers (None: there is none)."""
+        """The session that `embed_documents` runs with workers (None: there is none, or it
+        was released)."""
+        self._open_document_session = open_document_session
         self._input_names = {i.name for i in session.get_inputs()}
         self._output_name = session.get_outputs()[0].name
         self._tokenizer = copy.deepcopy(tokenizer)
@@ -156,6 +165,21 @@ class MeanPoolingEncoder:
         hidden = np.asarray(self._session.run([self._output_name], feed)[0][0], dtype=np.float32)[1:-1]
         norms = np.linalg.norm(hidden, axis=1, keepdims=True)
         return ids[1:-1], np.asarray(hidden / np.maximum(norms, np.float32(1e-12)), dtype=np.float32)
+
+    @property
+    def has_document_session(self) -> bool:
+        """Whether documents can run on a session of their own (open now, or reopenable)."""
+        return self.document_session is not None or self._open_document_session is not None
+
+    def open_document_session(self) -> Any | None:
+        """The document session, opened again if it was released (None if there is none)."""
+        if self.document_session is None and self._open_document_session is not None:
+            self.document_session = self._open_document_session()
+        return self.document_session
+
+    def release_document_session(self) -> None:
+        """Let the document session's copy of the weights go until documents come in bulk again."""
+        self.document_session = None
 
     def tokenize_documents(self, texts: Sequence[str]) -> list[list[int]]:
         """The word pieces of each text (special tokens included), as `embed_documents` reads them."""
@@ -228,5 +252,9 @@ def fastembed_encoder(model: Any, max_query_tokens: int, *, document_workers: in
                 e,
             )
     return MeanPoolingEncoder(
-        inner.model, inner.tokenizer, max_query_tokens=max_query_tokens, document_session=documents
+        inner.model,
+        inner.tokenizer,
+        max_query_tokens=max_query_tokens,
+        document_session=documents,
+        open_document_session=partial(document_session, model_file) if documents is not None else None,
     )
