@@ -374,7 +374,8 @@ async def test_a_cancelled_call_is_cancelled_at_the_upstream_too(connect: Connec
                         await anyio.sleep(0.05)
                     tg.cancel_scope.cancel()
                 with anyio.fail_after(10):
-                    while not marker.exists():  # the upstream writes it when its handler is cancelled
+                    # the upstream writes it when its handler is cancelled (created, then written: wait for both)
+                    while not marker.exists() or not marker.read_text():
                         await anyio.sleep(0.05)
                 assert marker.read_text() == "cancelled"
                 result = await client.call_tool(f"{server}__echo", {"text": "still fine"})

@@ -31,6 +31,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -229,12 +230,14 @@ class FastEmbedEmbedder:
         if self._encoder is None or self._encoder.document_session is None or self._release_timer is not None:
             return
         due = self._last_bulk + self._release_after - time.monotonic()
-        timer = threading.Timer(max(due, 0.0), self._release_if_idle)
+        # A weak reference: a pending release must not keep an embedder nobody uses alive.
+        timer = threading.Timer(max(due, 0.0), _release_if_idle, args=(weakref.ref(self),))
         timer.daemon = True
         self._release_timer = timer
         timer.start()
 
-    def _release_if_idle(self) -> None:
+    def release_if_idle(self) -> None:
+        """Release the document session if no bulk call came for `document_session_idle_seconds`."""
         with self._documents_lock:
             self._release_timer = None
             if self._encoder is None:
@@ -522,3 +525,10 @@ def _quiet_fastembed() -> Iterator[None]:
         yield
     finally:
         loguru_logger.enable("fastembed")
+
+
+def _release_if_idle(embedder: weakref.ref[FastEmbedEmbedder]) -> None:
+    """The release timer's target: nothing to do once the embedder is gone."""
+    alive = embedder()
+    if alive is not None:
+        alive.release_if_idle()
