@@ -275,9 +275,13 @@ class FastEmbedEmbedder:
         with self._lock:
             if self.direct:
                 assert self._encoder is not None
-                return self._encoder.embed_documents(texts, self._batch_size)
-            rows = list(self._model.embed(texts, batch_size=self._batch_size))
-        return _normalized(np.vstack(rows))
+                return self._encoder.embed_documents(texts, self._batch_size)  # batched by word pieces
+            # fastembed batches texts in the order given: sorted by length, a batch is padded little.
+            order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+            rows = list(self._model.embed([texts[i] for i in order], batch_size=self._batch_size))
+        result = np.empty((len(texts), rows[0].shape[-1]), dtype=np.float32)
+        result[np.asarray(order, dtype=np.intp)] = _normalized(np.vstack(rows))
+        return result
 
     def embed_documents(self, texts: Sequence[str]) -> Matrix:
         """Embed `texts`, in batches of texts of similar length; rows are in input order.
@@ -288,11 +292,7 @@ class FastEmbedEmbedder:
         texts = list(texts)
         if not texts:
             return np.zeros((0, self._dim), dtype=np.float32)
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        by_length = self._run([texts[i] for i in order])
-        result = np.empty_like(by_length)
-        result[np.asarray(order, dtype=np.intp)] = by_length
-        return result
+        return self._run(texts)
 
     def embed_query(self, text: str) -> Vector:
         with self._queries_changed:
