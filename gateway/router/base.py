@@ -14,7 +14,7 @@ import mcp_types as types
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Embedder", "EmbeddingCache", "SearchHit", "ToolRecord", "Vector", "Matrix"]
+__all__ = ["BULK_ROUNDS", "Embedder", "EmbeddingCache", "SearchHit", "ToolRecord", "Vector", "Matrix", "bulk_size"]
 
 Vector = npt.NDArray[np.float32]
 """One L2-normalized embedding, shape (dim,)."""
@@ -70,6 +70,20 @@ class Embedder(Protocol):
     def embed_query(self, text: str) -> Vector:
         """Embed one search query; returns shape (dim,)."""
         ...
+
+
+BULK_ROUNDS = 8
+"""With document workers, batches per worker in one call (`bulk_size`): they rarely wait
+for each other at the end of a call, and searches run beside them."""
+
+
+def bulk_size(embedder: Embedder, minimum: int) -> int:
+    """Texts per `embed_documents` call: at least `minimum`, or `BULK_ROUNDS` batches per
+    worker for an embedder with document workers (`FastEmbedEmbedder.document_workers`)."""
+    workers = int(getattr(embedder, "document_workers", 1) or 1)
+    if workers <= 1:
+        return minimum
+    return max(minimum, workers * int(getattr(embedder, "batch_size", 1) or 1) * BULK_ROUNDS)
 
 
 class EmbeddingCache(Protocol):

@@ -52,7 +52,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gateway.router import fusion
-from gateway.router.base import Embedder, EmbeddingCache, Matrix, SearchHit, ToolRecord, Vector
+from gateway.router.base import Embedder, EmbeddingCache, Matrix, SearchHit, ToolRecord, Vector, bulk_size
 from gateway.router.bm25 import BM25Index
 from gateway.router.cache import cache_key
 from gateway.router.documents import (
@@ -68,7 +68,7 @@ from gateway.router.query import compact_query
 from gateway.router.signals import UsageSignal
 from gateway.router.steps import split_query
 
-__all__ = ["EMBED_BATCH", "ENRICH_BATCH", "Router", "RouterConfig", "bulk_size"]
+__all__ = ["EMBED_BATCH", "ENRICH_BATCH", "Router", "RouterConfig"]
 
 Fusion = Literal["weighted", "rrf", "dense", "bm25"]
 
@@ -78,20 +78,6 @@ EMBED_BATCH = 32
 ENRICH_BATCH = 1
 """Full texts per `embed_documents` call during `Router.enrich` for an embedder without
 document workers: a search waiting for the model then waits for one text at most."""
-
-BULK_ROUNDS = 8
-"""With document workers, batches per worker in one call (`bulk_size`): they rarely wait
-for each other at the end of a call, and searches run beside them."""
-
-
-def bulk_size(embedder: Embedder, minimum: int) -> int:
-    """Texts per `embed_documents` call: at least `minimum`, or `BULK_ROUNDS` batches per
-    worker for an embedder with document workers (`FastEmbedEmbedder.document_workers`)."""
-    workers = int(getattr(embedder, "document_workers", 1) or 1)
-    if workers <= 1:
-        return minimum
-    return max(minimum, workers * int(getattr(embedder, "batch_size", 1) or 1) * BULK_ROUNDS)
-
 
 ENRICH_SWAP_SECONDS = 2.0
 """How often `enrich` swaps in the vectors embedded so far (each swap copies the matrix)."""
