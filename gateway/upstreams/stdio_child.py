@@ -41,13 +41,17 @@ async def stdio_child(
     params: StdioServerParameters, errlog: TextIO, on_spawn: Callable[[int], None] | None = None
 ) -> AsyncIterator[tuple[Any, Any]]:
     """Spawn `params` in a new process group and yield (read, write) streams of JSON-RPC messages."""
-    process = await anyio.open_process(
-        [params.command, *params.args],
-        env=get_default_environment() | (params.env or {}),
-        stderr=errlog,
-        cwd=params.cwd,
-        start_new_session=True,
-    )
+    # Shielded: a cancel (the registry closing while it restarts a server) landing inside the spawn
+    # would lose the process handle after the child exists, leaving a child that nothing stops.
+    # Once spawned, a pending cancel is delivered inside the `try` below, whose `finally` stops it.
+    with anyio.CancelScope(shield=True):
+        process = await anyio.open_process(
+            [params.command, *params.args],
+            env=get_default_environment() | (params.env or {}),
+            stderr=errlog,
+            cwd=params.cwd,
+            start_new_session=True,
+        )
     if on_spawn is not None:
         on_spawn(process.pid)
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
