@@ -314,6 +314,13 @@ def _live_descendants(root: int) -> list[int]:
     return found
 
 
+def _command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return "(gone)"
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
@@ -354,7 +361,8 @@ async def test_a_hundred_kill_restart_cycles_leave_no_process_behind(
         if set(_live_descendants(os.getpid())) <= before:
             break
         await anyio.sleep(0.05)
-    assert set(_live_descendants(os.getpid())) <= before
+    left = set(_live_descendants(os.getpid())) - before
+    assert not left, {pid: _command_line(pid) for pid in left}
 
 
 # ---- secrets -------------------------------------------------------------------------------------
