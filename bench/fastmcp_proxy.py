@@ -1,6 +1,6 @@
 """FastMCP's proxy in front of one upstream: the third path of `bench/load.py`.
 
-    python bench/fastmcp_proxy.py http --url UPSTREAM_URL [--fresh]   # prints PORT=<n> once listening
+    python bench/fastmcp_proxy.py http --url UPSTREAM_URL [--fresh] [--sse]   # prints PORT=<n> once listening
     python bench/fastmcp_proxy.py stdio [--fresh] -- COMMAND ARG...    # serves MCP on stdin/stdout
 
 The proxy is `fastmcp.server.create_proxy(client)` (FastMCP 4.x, the `bench` extra). By
@@ -22,7 +22,7 @@ import sys
 from typing import Any
 
 from fastmcp import Client
-from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
+from fastmcp.client.transports import SSETransport, StdioTransport, StreamableHttpTransport
 from fastmcp.server import create_proxy
 
 
@@ -43,7 +43,8 @@ async def _serve(args: argparse.Namespace, client: Client[Any]) -> None:
 
 async def _main(args: argparse.Namespace) -> None:
     if args.transport == "http":
-        client: Client[Any] = Client(StreamableHttpTransport(args.url))
+        transport = SSETransport(args.url) if args.sse else StreamableHttpTransport(args.url)
+        client: Client[Any] = Client(transport)
     else:
         if not args.command:
             raise SystemExit("stdio: give the upstream's command after --")
@@ -60,6 +61,7 @@ def main() -> None:
     parser.add_argument("transport", choices=["http", "stdio"])
     parser.add_argument("--url", help="the upstream's streamable HTTP URL (transport http)")
     parser.add_argument("--fresh", action="store_true", help="a new upstream session per request (FastMCP's default)")
+    parser.add_argument("--sse", action="store_true", help="the upstream speaks the legacy HTTP+SSE transport")
     parser.epilog = "transport stdio: the upstream's command follows --"
     argv = sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)

@@ -45,6 +45,7 @@ sample after `--warmup`, the last, the drift between them and the maximum.
     python bench/load.py --transports http --levels 1,10 --seconds 2 --json
     python bench/load.py --soak 600 --rate 200
     python bench/load.py --gateway-checkout base=/tmp/gw-base --paths direct,gateway@base,gateway
+    python bench/load.py --transports http --upstream-sse --paths gateway,fastmcp   # an HTTP+SSE upstream
 
 Every process it starts is stopped when the run ends, also on error, timeout (`--timeout`)
 or SIGTERM.
@@ -373,23 +374,14 @@ def machine() -> dict[str, Any]:
 async def _run(args: argparse.Namespace, processes: Processes) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="mcp-gateway-load-") as tmp:
         workdir = Path(tmp)
+        options = (args.checkouts, args.catalog_tools, args.modern, args.upstream_sse)
         if args.soak:
-            targets = await start_targets(
-                [args.soak_transport],
-                [args.soak_path],
-                workdir,
-                processes,
-                args.checkouts,
-                args.catalog_tools,
-                args.modern,
-            )
+            targets = await start_targets([args.soak_transport], [args.soak_path], workdir, processes, *options)
             result: dict[str, Any] = {"benchmark": "load-soak", "machine_start": machine()}
             result["sample_every_s"] = args.sample_every
             result |= await run_soak(args, targets[0])
         else:
-            targets = await start_targets(
-                args.transports, args.paths, workdir, processes, args.checkouts, args.catalog_tools, args.modern
-            )
+            targets = await start_targets(args.transports, args.paths, workdir, processes, *options)
             result = {
                 "benchmark": "load",
                 "machine_start": machine(),
@@ -455,6 +447,11 @@ def main(argv: list[str] | None = None) -> None:
         help="HTTP sessions speak MCP 2026-07-28 (no handshake or session; the envelope in every request's _meta)",
     )
     parser.add_argument(
+        "--upstream-sse",
+        action="store_true",
+        help="the HTTP paths' upstream speaks the legacy HTTP+SSE transport (`transport: sse`); no direct path",
+    )
+    parser.add_argument(
         "--catalog-tools",
         type=int,
         default=0,
@@ -486,6 +483,8 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"--paths: {name!r} is not one of {', '.join((*PATHS, *gateways))}")
     if not args.soak_path.startswith("gateway"):
         parser.error("--soak-path: a gateway")
+    if args.upstream_sse and "direct" in args.paths and "http" in args.transports:
+        parser.error("--upstream-sse: leave out the direct path (the load generator speaks streamable HTTP only)")
     if args.warmup is None:
         args.warmup = min(60.0, args.soak / 10)
     needs_fastmcp = not args.soak and any(p.startswith("fastmcp") for p in args.paths)

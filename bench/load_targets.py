@@ -244,31 +244,39 @@ async def start_targets(
     checkouts: dict[str, Checkout],
     catalog_tools: int = 0,
     modern: bool = False,
+    upstream_sse: bool = False,
 ) -> list[Target]:
     """Start the processes of every path over every transport; return the targets in `paths` order.
 
     `catalog_tools`: every gateway also serves that many more tools (an in-memory plugin server);
-    `modern`: HTTP sessions speak 2026-07-28 (no handshake, no session) instead of 2025-11-25."""
+    `modern`: HTTP sessions speak 2026-07-28 (no handshake, no session) instead of 2025-11-25;
+    `upstream_sse`: the HTTP paths' upstream speaks the legacy HTTP+SSE transport (no `direct` path:
+    the load generator speaks streamable HTTP only)."""
     targets: list[Target] = []
     if "http" in transports:
         env = _env(workdir / "http")
-        upstream, port = await _spawn_http(processes, _demo_command("http", "up"), env, "PORT=")
-        upstream_url = f"http://127.0.0.1:{port}/mcp"
+        kind = "sse" if upstream_sse else "http"
+        upstream, port = await _spawn_http(processes, _demo_command(kind, "up"), env, "PORT=")
+        upstream_url = f"http://127.0.0.1:{port}/{'sse' if upstream_sse else 'mcp'}"
+        upstream_entry = f"mcps:\n  up:\n    url: {upstream_url}\n" + ("    transport: sse\n" if upstream_sse else "")
         up = {"upstream": upstream}
         for path in paths:
             if path == "direct":
+                if upstream_sse:
+                    raise ValueError("path direct: the load generator speaks streamable HTTP, not HTTP+SSE")
                 targets.append(Target("http", path, "echo", _http_factory(upstream_url, modern), dict(up)))
             elif path.startswith("gateway"):
                 checkout = checkouts[path.partition("@")[2]]
                 gw_dir = workdir / f"http-{path}"
                 gw_env = checkout.env(_env(gw_dir, catalog_tools))
-                config = write_config(gw_dir / "gw.yaml", f"mcps:\n  up:\n    url: {upstream_url}\n{NO_CALL_LIMIT}")
+                config = write_config(gw_dir / "gw.yaml", upstream_entry + NO_CALL_LIMIT)
                 argv = [*checkout.command(config, "http"), "--port", "0"]
                 gateway, url = await _spawn_http(processes, argv, gw_env, "mcp-gateway: serving on ", checkout.root)
                 targets.append(Target("http", path, "up__echo", _http_factory(url, modern), {"gateway": gateway} | up))
             else:
                 fresh = ["--fresh"] if path.endswith("fresh") else []
-                argv = [sys.executable, str(PROXY_SCRIPT), "http", "--url", upstream_url, *fresh]
+                sse = ["--sse"] if upstream_sse else []
+                argv = [sys.executable, str(PROXY_SCRIPT), "http", "--url", upstream_url, *fresh, *sse]
                 proxy, port = await _spawn_http(processes, argv, env, "PORT=")
                 url = f"http://127.0.0.1:{port}/mcp"
                 targets.append(Target("http", path, "echo", _http_factory(url, modern), {"proxy": proxy} | up))

@@ -109,6 +109,20 @@ def test_modern_sessions_reach_a_gateway_with_a_larger_catalog() -> None:
     _assert_all_stopped(marker, result["pids"])
 
 
+def test_an_sse_upstream_is_reached_by_the_gateway_and_fastmcp_and_direct_is_refused() -> None:
+    """`--upstream-sse`: the HTTP paths' upstream speaks HTTP+SSE; the load generator cannot, so
+    `direct` is refused with the reason before anything starts."""
+    args = ["--transports", "http", "--levels", "2", "--seconds", "0.4", "--upstream-sse"]
+    done, marker = _run(*args, "--paths", "gateway,fastmcp", "--json", "--timeout", "45")
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = _last_json(done.stdout)
+    assert [(r["path"], r["errors"]) for r in result["rows"]] == [("gateway", 0), ("fastmcp", 0)]
+    assert all(r["calls"] > 0 for r in result["rows"])
+    _assert_all_stopped(marker, result["pids"])
+    refused, _ = _run(*args, "--paths", "direct,gateway")
+    assert refused.returncode == 2 and "leave out the direct path" in refused.stderr
+
+
 def test_a_short_soak_samples_the_gateways_memory_and_file_descriptors() -> None:
     """Through the gateway of a checkout named on the command line (this one): `gateway@NAME`."""
     soak = ["--soak", "2", "--rate", "50", "--sessions", "2", "--sample-every", "0.5"]

@@ -402,6 +402,29 @@ async def test_an_http_upstream_is_served_over_the_chosen_transport_in_both_prot
         stop_process(upstream)
 
 
+async def test_a_legacy_sse_upstream_is_served_over_the_lean_transport_and_reports_its_statuses(
+    tmp_path: Path, lean_requests: list[str]
+) -> None:
+    """`transport: sse`: the GET event stream and every POSTed message go through the lean transport,
+    and the statuses reach the supervisor as they do for streamable HTTP (202 for a POSTed message)."""
+    upstream, url = start_demo_http("old", transport="sse")
+    try:
+        config = load_config(
+            write_config(tmp_path / "gateway.yaml", f"mcps:\n  old:\n    url: {url}\n    transport: sse\n")
+        )
+        registry = Registry(specs_from_config(config), Settings(data_dir=tmp_path / "data"), relay_requests=False)
+        with anyio.fail_after(30):
+            async with registry.running():
+                await registry.wait_settled(20)
+                for i in range(3):
+                    assert _text(await registry.call_tool("old__echo", {"text": f"hi {i}"})) == f"hi {i}"
+                status = registry.upstreams["old"].http_status
+        assert lean_requests[0] == "GET" and lean_requests.count("POST") >= 4
+        assert status == 202
+    finally:
+        stop_process(upstream)
+
+
 async def test_an_unreachable_http_upstream_fails_with_a_reason_naming_it(tmp_path: Path) -> None:
     async with raw_server(keep_alive) as server:
         url = server.url + "/mcp"

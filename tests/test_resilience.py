@@ -233,10 +233,14 @@ def http_401_url() -> Iterator[str]:
         server.server_close()
 
 
+@pytest.mark.parametrize("transport", ["http", "sse"])
 async def test_a_server_that_refuses_the_gateways_credentials_gives_upstream_unauthorized(
-    tmp_path: Path, http_401_url: str
+    tmp_path: Path, http_401_url: str, transport: str
 ) -> None:
-    servers = f"  remote:\n    url: {http_401_url}\n    headers: {{Authorization: Bearer wrong-token-1234}}\n"
+    servers = (
+        f"  remote:\n    url: {http_401_url}\n    transport: {transport}\n"
+        "    headers: {Authorization: Bearer wrong-token-1234}\n"
+    )
     with anyio.fail_after(30):
         async with running(tmp_path, servers, retry_attempts=1) as registry:
             remote = registry.upstreams["remote"]

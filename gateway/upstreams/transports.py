@@ -5,6 +5,7 @@
 - `http_transport`: streamable HTTP that reports every response's status (and, while tracing is
   on, sends the trace context as a `traceparent` header), over the lean HTTP/1.1 transport
   (`gateway.upstreams.lean_http`) unless the settings or a proxy say httpx2's own.
+  The legacy HTTP+SSE transport (`transport: sse`) goes over the same client, with the same reports.
 
 stdio has its own module, `gateway.upstreams.stdio_child`, because it also owns a process group.
 """
@@ -19,6 +20,7 @@ from typing import Any, Literal
 
 import anyio
 import httpx2
+from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT, create_mcp_http_client
 from opentelemetry import propagate, trace
@@ -90,6 +92,20 @@ async def _inject_trace_context(request: Any) -> None:
     propagate.inject(request.headers)
 
 
+def _reporting(http_client: httpx2.AsyncClient, on_status: Callable[[int], None]) -> httpx2.AsyncClient:
+    """`http_client`, reporting every response's status to `on_status` (the SDK turns 401 and 500 alike
+    into one generic JSON-RPC error, and the status is what tells them apart) and, while tracing is on,
+    carrying the trace context in each request's headers (for a server traced at its HTTP layer)."""
+
+    async def report(response: Any) -> None:
+        on_status(response.status_code)
+
+    http_client.event_hooks["response"].append(report)
+    if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):  # a provider is installed
+        http_client.event_hooks["request"].append(_inject_trace_context)
+    return http_client
+
+
 @asynccontextmanager
 async def http_transport(
     url: str,
@@ -98,37 +114,48 @@ async def http_transport(
     auth: httpx2.Auth | None = None,
     client: HttpClientKind = "lean",
     server: str = "",
+    sse: bool = False,
 ) -> AsyncIterator[tuple[Any, Any]]:
-    """Streamable HTTP, reporting every response's status (the SDK turns 401 and 500 alike
-    into one generic JSON-RPC error, and the status is what tells them apart), and carrying the
-    trace context in each request's headers while tracing is on. `auth`: an OAuth server's tokens;
-    `client`, `server`: see `upstream_http_client`."""
+    """Streamable HTTP, or with `sse` the legacy HTTP+SSE transport (a GET event stream, messages
+    POSTed to the endpoint it names), over `upstream_http_client`, reporting statuses (`_reporting`).
+    `auth`: an OAuth server's tokens; `client`, `server`: see `upstream_http_client`."""
+    if sse:
 
-    async def report(response: Any) -> None:
-        on_status(response.status_code)
+        def factory(
+            headers: dict[str, str] | None = None,
+            timeout: httpx2.Timeout | None = None,
+            auth: httpx2.Auth | None = None,
+        ) -> httpx2.AsyncClient:
+            return _reporting(upstream_http_client(url, headers or {}, auth, client, server, timeout), on_status)
 
-    async with upstream_http_client(url, headers, auth, client, server) as http_client:
-        http_client.event_hooks["response"].append(report)
-        # While tracing is on: `traceparent` in the headers too, for a server traced at its HTTP layer.
-        if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):  # a provider is installed
-            http_client.event_hooks["request"].append(_inject_trace_context)
+        async with sse_client(url, headers=dict(headers), auth=auth, httpx_client_factory=factory) as streams:
+            yield streams
+        return
+    async with _reporting(upstream_http_client(url, headers, auth, client, server), on_status) as http_client:
         async with streamable_http_client(url, http_client=http_client) as streams:
             yield streams
 
 
 def upstream_http_client(
-    url: str, headers: Mapping[str, str], auth: httpx2.Auth | None, kind: HttpClientKind, server: str
+    url: str,
+    headers: Mapping[str, str],
+    auth: httpx2.Auth | None,
+    kind: HttpClientKind,
+    server: str,
+    timeout: httpx2.Timeout | None = None,
 ) -> httpx2.AsyncClient:
-    """The httpx2 client for one streamable-HTTP server, with the SDK's timeouts: over the lean
-    transport, unless `kind` is `httpx` or a proxy from the environment applies to `url` (the
-    lean transport speaks to origins directly; httpx2 honours `HTTPS_PROXY`, `NO_PROXY`...)."""
+    """The httpx2 client for one HTTP server, with `timeout` (default: the SDK's for streamable
+    HTTP): over the lean transport, unless `kind` is `httpx` or a proxy from the environment applies
+    to `url` (the lean transport speaks to origins directly; httpx2 honours `HTTPS_PROXY`,
+    `NO_PROXY`...)."""
+    timeout = timeout or httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT)
     if kind == "lean":
         proxy = proxy_for(url, urllib.request.getproxies())
         if proxy is None:
             return httpx2.AsyncClient(
                 headers=dict(headers),
                 auth=auth,
-                timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
+                timeout=timeout,
                 transport=LeanTransport(),
             )
         where = httpx2.URL(proxy if "://" in proxy else f"http://{proxy}")  # no credentials in the log
@@ -138,7 +165,7 @@ def upstream_http_client(
             where.host,
             where.port or "",
         )
-    return create_mcp_http_client(headers=dict(headers), auth=auth)
+    return create_mcp_http_client(headers=dict(headers), auth=auth, timeout=timeout)
 
 
 def proxy_for(url: str, proxies: Mapping[str, str]) -> str | None:

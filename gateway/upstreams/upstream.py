@@ -32,7 +32,6 @@ import anyio
 import mcp_types as types
 from mcp import Client, StdioServerParameters
 from mcp.client.extension import ClientExtension
-from mcp.client.sse import sse_client
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -345,7 +344,7 @@ class Upstream:
         elif spec.transport == "stdio":
             assert isinstance(spec.target, StdioServerParameters)
             target = watched(stdio_child(spec.target, errlog or sys.stderr, self._on_spawn), self._closed)
-        elif spec.transport == "http":
+        else:
             assert isinstance(spec.target, str)
             http = http_transport(
                 spec.target,
@@ -354,11 +353,9 @@ class Upstream:
                 auth=self._auth,
                 client=self.http_client,
                 server=spec.id,
+                sse=spec.transport == "sse",
             )
             target = watched(http, self._closed)
-        else:
-            assert isinstance(spec.target, str)
-            target = watched(sse_client(spec.target, headers=dict(spec.headers), auth=self._auth), self._closed)
         relay = relay_callbacks(partial(self.events.relay_request, self)) if self.relay_requests else {}
         return Client(
             target,
