@@ -61,10 +61,11 @@ def otel_env(receiver: OtlpReceiver) -> dict[str, str]:
 
 
 @contextmanager
-def traced_upstream(receiver: OtlpReceiver) -> Iterator[str]:
+def traced_upstream(receiver: OtlpReceiver, transport: str = "http") -> Iterator[str]:
+    """The traced server over streamable HTTP, or with `transport="sse"` the legacy HTTP+SSE transport."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GATEWAY_", "OTEL_"))} | otel_env(receiver)
     process = subprocess.Popen(
-        [sys.executable, str(TRACED_SERVER)],
+        [sys.executable, str(TRACED_SERVER), transport],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -73,7 +74,7 @@ def traced_upstream(receiver: OtlpReceiver) -> Iterator[str]:
     )
     try:
         port = _read_line_with_prefix(process.stdout, "PORT=", 30, process)  # type: ignore[arg-type]
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield f"http://127.0.0.1:{port}/{'sse' if transport == 'sse' else 'mcp'}"
     finally:
         stop_process(process)
 
@@ -113,6 +114,22 @@ def text_of(result: types.CallToolResult) -> str:
     block = result.content[0]
     assert isinstance(block, types.TextContent)
     return block.text
+
+
+async def test_an_sse_upstreams_requests_carry_the_calls_trace_in_their_traceparent_header(tmp_path: Path) -> None:
+    """`transport: sse` goes over the same client as streamable HTTP, trace header included."""
+    with OtlpReceiver().running() as receiver, traced_upstream(receiver, "sse") as upstream_url:
+        config = write_config(tmp_path / "gateway.yaml", f"mcps:\n  up:\n    url: {upstream_url}\n    transport: sse\n")
+        process, url = start_gateway_http(config, tmp_path, gateway_tracing_env(receiver))
+        try:
+            with anyio.fail_after(60):
+                async with Client(url) as client:
+                    meta = {"traceparent": traceparent(CLIENT_TRACE, CLIENT_SPAN)}
+                    raw = text_of(await client.call_tool("up__traceparent_headers", {}, meta=meta))
+        finally:
+            stop_process(process)
+    headers = json.loads(raw)
+    assert any(header.split("-")[1] == CLIENT_TRACE for header in headers), headers
 
 
 async def test_a_traced_call_is_one_trace_from_the_client_through_the_gateway_to_the_upstream(tmp_path: Path) -> None:

@@ -1,15 +1,17 @@
 """An MCP server over streamable HTTP that traces itself, as an instrumented upstream would.
 
-Run `python tests/servers/traced_server.py`; it prints `PORT=<n>` once listening on 127.0.0.1
-(path `/mcp`). Its own TracerProvider sends every span at once (a simple processor) over OTLP/HTTP
-to `OTEL_EXPORTER_OTLP_ENDPOINT`, as service `traced-upstream`; the MCP SDK then makes its SERVER
-span of each request, continuing the trace that the request's `_meta` carries. It also keeps the
-`traceparent` header of every HTTP request it gets, which the tool `traceparent_headers` returns.
+Run `python tests/servers/traced_server.py [http|sse]`; it prints `PORT=<n>` once listening on
+127.0.0.1 (path `/mcp`, or `/sse` for the legacy HTTP+SSE transport). Its own TracerProvider sends
+every span at once (a simple processor) over OTLP/HTTP to `OTEL_EXPORTER_OTLP_ENDPOINT`, as service
+`traced-upstream`; the MCP SDK then makes its SERVER span of each request, continuing the trace that
+the request's `_meta` carries. It also keeps the `traceparent` header of every HTTP request it gets,
+which the tool `traceparent_headers` returns.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from typing import Annotated, Any
 
 import mcp_types as types
@@ -52,7 +54,7 @@ def main() -> None:
         """The `traceparent` headers of the HTTP requests received so far, as a JSON list."""
         return json.dumps(HEADERS)
 
-    app = mcp.streamable_http_app()
+    app = mcp.sse_app() if sys.argv[1:] == ["sse"] else mcp.streamable_http_app()
 
     async def keeping_headers(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
