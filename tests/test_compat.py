@@ -10,17 +10,26 @@ an install that fails, fails the tests, as does a server or client that fails th
 
 from __future__ import annotations
 
+import os
 import re
+import socket
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import mcp_types as types
 import pytest
 
 from bench.compat import install
 from bench.compat.clients import ClientRow, run_clients
 from bench.compat.harness import Row, run_matrix, scratch
 from bench.compat.servers import CLIENTS, SERVERS, CompatClient, CompatServer
+from gateway.config.loader import load_config
+from gateway.config.settings import Settings
+from gateway.registry import Registry
+from gateway.server_specs import specs_from_config
+from tests.conftest import stop_process, write_config
 
 REPO = Path(__file__).resolve().parent.parent
 FAST = [s for s in SERVERS if s.fast]
@@ -70,6 +79,53 @@ def test_a_third_party_client_lists_and_calls_tools_through_the_gateway(
 ) -> None:
     row = client_rows[(client.id, transport)]
     assert row.ok, f"{row.client.name} over {transport}: " + "; ".join(row.failures)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("mode", "transport", "path"), [("sse", "sse", "sse"), ("streamableHttp", "http", "mcp")])
+async def test_a_third_party_server_over_http_or_legacy_sse_is_listed_and_callable_through_the_gateway(
+    installed: Path, tmp_path: Path, mode: str, transport: str, path: str
+) -> None:
+    """The matrix runs its servers as stdio children; `server-everything` (TypeScript SDK) also serves
+    streamable HTTP and the legacy HTTP+SSE transport, which reach the gateway's HTTP client."""
+    everything = next(s for s in SERVERS if s.id == "everything")
+    port = _free_port()  # the server takes its port from PORT; a moment's race with another binder
+    process = subprocess.Popen(
+        [install.server_command(everything, installed), mode],
+        env={k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")} | {"PORT": str(port)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        with anyio.fail_after(60):
+            while True:  # listening once a connection is accepted
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    assert process.poll() is None, f"server-everything {mode} exited with {process.returncode}"
+                    await anyio.sleep(0.1)
+            entry = f"mcps:\n  every:\n    url: http://127.0.0.1:{port}/{path}\n    transport: {transport}\n"
+            config = load_config(write_config(tmp_path / "gateway.yaml", entry))
+            registry = Registry(specs_from_config(config), Settings(data_dir=tmp_path / "data"), relay_requests=False)
+            async with registry.running():
+                await registry.wait_settled(30)
+                upstream = registry.upstreams["every"]
+                assert upstream.state == "ready", upstream.reason
+                names = [name for name in registry.catalog.tools if name.startswith("every__")]
+                assert "every__echo" in names and len(names) >= 10, names
+                result = await registry.call_tool("every__echo", {"message": "through the gateway"})
+                assert isinstance(result.content[0], types.TextContent)
+                assert "through the gateway" in result.content[0].text and not result.is_error
+                assert upstream.http_status in (200, 202)  # the statuses reach the supervisor
+    finally:
+        stop_process(process)
 
 
 def test_the_matrix_has_twenty_pinned_servers_each_with_a_safe_call_or_a_reason() -> None:

@@ -52,6 +52,11 @@ A call that needs the network beyond 127.0.0.1 or a service not run here is skip
 the reason is in the table: nothing is faked. A server that needs a credential is given a
 dummy one; it must still list its tools. A failure names its cause: *the server's own*
 when the server fails the same way without the gateway, else *the gateway's*.
+
+Upstreams over HTTP: `tests/test_compat.py` also runs `server-everything` as an HTTP server,
+once over streamable HTTP and once over the legacy HTTP+SSE transport, as an upstream of the
+gateway (`url:`, `transport: http` or `sse`): its tools are listed and its `echo` is called
+through the gateway's HTTP client, and the HTTP statuses reach the gateway's supervisor.
 """
 
 
