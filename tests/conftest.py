@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import selectors
+import socket
 import subprocess
 import sys
 import textwrap
@@ -168,6 +169,13 @@ def _read_line_with_prefix(
         selector.close()
     process.kill()
     raise RuntimeError(f"child did not print {prefix!r} within {timeout}s; it printed: {''.join(seen)[-2000:]}")
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 at the moment of asking, for a server that must be told its port."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def start_demo_http(name: str = "web", transport: str = "http", port: int = 0) -> tuple[subprocess.Popen[str], str]:

@@ -29,7 +29,7 @@ from gateway.config.loader import load_config
 from gateway.config.settings import Settings
 from gateway.registry import Registry
 from gateway.server_specs import specs_from_config
-from tests.conftest import stop_process, write_config
+from tests.conftest import free_port, stop_process, write_config
 
 REPO = Path(__file__).resolve().parent.parent
 FAST = [s for s in SERVERS if s.fast]
@@ -81,12 +81,6 @@ def test_a_third_party_client_lists_and_calls_tools_through_the_gateway(
     assert row.ok, f"{row.client.name} over {transport}: " + "; ".join(row.failures)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.mark.anyio
 @pytest.mark.parametrize(("mode", "transport", "path"), [("sse", "sse", "sse"), ("streamableHttp", "http", "mcp")])
 async def test_a_third_party_server_over_http_or_legacy_sse_is_listed_and_callable_through_the_gateway(
@@ -95,7 +89,7 @@ async def test_a_third_party_server_over_http_or_legacy_sse_is_listed_and_callab
     """The matrix runs its servers as stdio children; `server-everything` (TypeScript SDK) also serves
     streamable HTTP and the legacy HTTP+SSE transport, which reach the gateway's HTTP client."""
     everything = next(s for s in SERVERS if s.id == "everything")
-    port = _free_port()  # the server takes its port from PORT; a moment's race with another binder
+    port = free_port()  # the server takes its port from PORT; a moment's race with another binder
     process = subprocess.Popen(
         [install.server_command(everything, installed), mode],
         env={k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")} | {"PORT": str(port)},

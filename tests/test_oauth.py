@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -43,6 +42,7 @@ from tests.conftest import (
     NO_EMBEDDINGS,
     REPO,
     _read_line_with_prefix,
+    free_port,
     gateway_env,
     start_gateway_http,
     stop_process,
@@ -113,12 +113,6 @@ def assert_no_token_in(issued: list[str], logs: list[Path], data: Path, said: li
         assert not [token for token in issued if token.encode() in content], f"a token is in {path.name}"
     for text in said:
         assert not [token for token in issued if token in text], f"a token is in an answer: {text[:200]}"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def oauth_env(tmp_path: Path, key: str | None = None) -> dict[str, str]:
