@@ -3,26 +3,31 @@
 The built-in plugins (clock, notes, openapi, sql) are installed with the gateway as the
 package `mcp_gateway_plugins` and registered as entry points, so they are served
 wherever the gateway is started. Plugin directories are looked up next to the config
-file, never in the current directory: a desktop client starts the gateway from anywhere.
-A directory plugin named like an installed one replaces it (reported as `overridden`);
-when both are the same files (the repository's own `plugins/` under an editable
-install), the plugin is loaded once.
+file (or in the directories the YAML's `plugins.directories` names), never in the
+current directory: a desktop client starts the gateway from anywhere. A directory
+plugin named like an installed one replaces it (reported as `overridden`); when both
+are the same files (the repository's own `plugins/` under an editable install), the
+plugin is loaded once.
 
-The plugin manager is built by a factory, never at import time, so tests and the CLI
-can build one per settings. A plugin that fails to import is recorded with its
-traceback (shown by `mcp-gateway plugins`) and skipped: it never stops the gateway.
+A plugin fails alone. Whatever breaks — its import, a hook pluggy refuses, a hook named
+like no gateway hook, two packages claiming one name, or later its registration hook
+(`PluginManager.fail`, called by `gateway.server_specs`) — the plugin is unregistered
+and reported `failed` with its package or file, line and a one-line reason; the others
+load and serve. The plugin manager is built by a factory, never at import time.
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib.util
+import inspect
 import logging
 import os
 import sys
 import traceback
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from types import ModuleType
@@ -32,11 +37,16 @@ import pluggy
 from gateway import hookspecs
 from gateway.config.settings import Settings
 
-__all__ = ["PluginInfo", "PluginManager", "get_plugin_manager", "plugin_directory"]
+__all__ = [
+    "PluginInfo",
+    "PluginManager",
+    "get_plugin_manager",
+    "plugin_directories",
+    "plugin_directory",
+    "plugin_failure",
+]
 
 logger = logging.getLogger(__name__)
-
-PluginManager = pluggy.PluginManager
 
 _PACKAGE = "mcp_gateway_local_plugins"
 """Directory plugins are imported as `mcp_gateway_local_plugins.<name>`, so relative imports work.
@@ -55,15 +65,66 @@ class PluginInfo:
     status: str
     """`loaded`, `failed`, `denied`, or `overridden` (a directory plugin of the same name replaces it)."""
     error: str | None = None
-    """The full traceback when `status == "failed"`."""
+    """The full traceback (or the whole explanation) when `status == "failed"`."""
     note: str | None = None
     """What replaced it, when `status == "overridden"`."""
+    package: str | None = None
+    """The installed distribution and its version (`mcp-gateway-units 1.0`), for an entry point."""
+    file: str | None = None
+    """Where it failed: the plugin's own file and line when the failure is in its code."""
+    line: int | None = None
+    reason: str | None = None
+    """One line saying why it failed (`KeyError: 'units'`)."""
+
+    def describe(self) -> str:
+        """`plugin 'units' (package mcp-gateway-units 1.0, units/__init__.py:12): KeyError: 'units'`."""
+        where = [f"package {self.package}"] if self.package else []
+        if self.file:
+            where.append(f"{self.file}:{self.line}" if self.line else self.file)
+        elif not self.package:
+            where.append(self.source)
+        return f"plugin {self.name!r} ({', '.join(where)}): {self.reason or self.status}"
+
+
+class PluginManager(pluggy.PluginManager):
+    """pluggy's manager, with the report on every plugin discovered (`infos`)."""
+
+    def __init__(self) -> None:
+        super().__init__(hookspecs.PROJECT_NAME)
+        self.infos: list[PluginInfo] = []
+
+    def failed(self) -> list[PluginInfo]:
+        return [info for info in self.infos if info.status == "failed"]
+
+    def fail(self, name: str, exc: BaseException, what: str | None) -> PluginInfo:
+        """Unregister plugin `name` after `exc` in `what` (e.g. `gateway_register_servers`; None: the
+        exception's message says it all); report it."""
+        plugin = self.get_plugin(name)
+        roots = _roots(plugin) if isinstance(plugin, ModuleType) else []
+        if plugin is not None:
+            self.unregister(plugin, name=name)
+        index = next((i for i, info in enumerate(self.infos) if info.name == name and info.status == "loaded"), None)
+        base = self.infos[index] if index is not None else PluginInfo(name, "?", "loaded")
+        info = _failure(base, exc, roots, what)
+        if index is None:
+            self.infos.append(info)
+        else:
+            self.infos[index] = info
+        logger.error("%s", info.describe())
+        return info
+
+
+def plugin_directories(settings: Settings, extra: Iterable[Path] = ()) -> list[Path]:
+    """Where plugin directories are searched, relative to the config file's folder: the YAML's
+    `plugins.directories` (`extra`) and `GATEWAY_PLUGINS__DIRECTORY`, else `plugins`."""
+    folder = Path(os.path.abspath(settings.config.expanduser())).parent
+    named = [*extra, *([settings.plugins.directory] if settings.plugins.directory else [])]
+    return list(dict.fromkeys(folder / path.expanduser() for path in (named or [Path("plugins")])))
 
 
 def plugin_directory(settings: Settings) -> Path:
-    """Where plugin directories are searched: `plugins.directory`, else `plugins`, relative to the config file."""
-    directory = (settings.plugins.directory or Path("plugins")).expanduser()
-    return Path(os.path.abspath(settings.config.expanduser())).parent / directory
+    """Where `new-plugin` writes: `GATEWAY_PLUGINS__DIRECTORY`, else `plugins`, relative to the config file."""
+    return plugin_directories(settings)[0]
 
 
 def _allowed(name: str, settings: Settings) -> bool:
@@ -123,25 +184,141 @@ def _is_same_plugin(ep: EntryPoint, path: Path) -> bool:
     return Path(spec.origin).resolve() == _entry_file(path).resolve()
 
 
-def _register(pm: PluginManager, name: str, source: str, load: Callable[[], object], settings: Settings) -> PluginInfo:
-    """Load and register one plugin unless the settings deny it; a failure is reported, never raised."""
-    if not _allowed(name, settings):
-        return PluginInfo(name, source, "denied")
+def _package_of(ep: EntryPoint) -> str | None:
+    dist = ep.dist
+    return f"{dist.name} {dist.version}" if dist is not None else None
+
+
+def _roots(plugin: ModuleType) -> list[str]:
+    """The folders holding a plugin module's code: where its own frames are."""
+    paths = list(getattr(plugin, "__path__", None) or [])
+    if not paths and getattr(plugin, "__file__", None):
+        paths = [os.path.dirname(str(plugin.__file__))]
+    return paths
+
+
+def _entry_point_roots(ep: EntryPoint) -> list[str]:
+    """The folders of an entry point's module, found without importing it (it may not import)."""
     try:
-        pm.register(load(), name=name)
-    except Exception:  # noqa: BLE001 - boundary: a broken plugin is reported, never fatal
-        error = traceback.format_exc()
-        logger.error("plugin %r failed to load:\n%s", name, error)
-        return PluginInfo(name, source, "failed", error)
-    return PluginInfo(name, source, "loaded")
+        spec = importlib.util.find_spec(ep.module.split(".")[0])
+    except Exception:  # noqa: BLE001 - a parent package that fails to import: no folder to name
+        return []
+    if spec is None:
+        return []
+    if spec.submodule_search_locations:
+        return list(spec.submodule_search_locations)
+    return [os.path.dirname(spec.origin)] if spec.origin else []
 
 
-def get_plugin_manager(settings: Settings) -> tuple[PluginManager, list[PluginInfo]]:
-    """Build a plugin manager with every allowed plugin registered, and a report on each.
+def _frame_in(exc: BaseException, roots: Iterable[str]) -> tuple[str, int] | None:
+    """The innermost traceback frame in the plugin's own files (else the innermost of all)."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return exc.filename, exc.lineno or 0
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
+    prefixes = tuple(os.path.join(os.path.abspath(root), "") for root in roots)
+    own = [f for f in frames if prefixes and os.path.abspath(f.filename).startswith(prefixes)]
+    chosen = (own or frames)[-1:] if (own or frames) else []
+    return (chosen[0].filename, chosen[0].lineno or 0) if chosen else None
 
-    Directory plugins come first (by name), then entry points (by name); hooks run in that order.
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _failure(base: PluginInfo, exc: BaseException, roots: Iterable[str], what: str | None) -> PluginInfo:
+    where = _frame_in(exc, roots)
+    trace = "".join(traceback.format_exception(exc))
+    return replace(
+        base,
+        status="failed",
+        error=trace,
+        file=where[0] if where else None,
+        line=where[1] if where else None,
+        reason=f"{what} raised {_one_line(exc)}" if what else str(exc),
+    )
+
+
+def plugin_failure(info: PluginInfo, reason: str, *, file: str | None = None, line: int | None = None) -> PluginInfo:
+    """`info` marked failed for `reason`, a failure that is no exception of the plugin's (a name clash)."""
+    return replace(info, status="failed", reason=reason, error=reason, file=file, line=line)
+
+
+def _unknown_hooks(pm: PluginManager, plugin: object) -> list[tuple[str, Callable[..., object]]]:
+    """The plugin's `@hookimpl` functions named like no gateway hook (pluggy's `check_pending`, per plugin)."""
+    found: list[tuple[str, Callable[..., object]]] = []
+    for caller in pm.get_hookcallers(plugin) or []:
+        if caller.spec is not None:
+            continue
+        for impl in caller.get_hookimpls():
+            if impl.plugin is plugin and not impl.optionalhook:
+                found.append((caller.name, impl.function))
+    return found
+
+
+def _hook_problem(pm: PluginManager, plugin: object) -> tuple[str, str | None, int | None] | None:
+    """Why pluggy would refuse the plugin's hooks once all are registered: a misspelt hook name."""
+    for name, function in _unknown_hooks(pm, plugin):
+        known = [hook for hook in dir(hookspecs) if hook.startswith("gateway_")]
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"the hooks are {', '.join(known)}"
+        code = getattr(inspect.unwrap(function), "__code__", None)
+        file, line = (code.co_filename, code.co_firstlineno) if code is not None else (None, None)
+        return f"@hookimpl {name!r} is not a gateway hook ({hint})", file, line
+    return None
+
+
+def _validation_reason(
+    pm: PluginManager, plugin: object, exc: pluggy.PluginValidationError
+) -> tuple[str, Callable[..., object] | None]:
+    """pluggy's refusal in one line, with the arguments the hook offers, and the function refused."""
+    lines = str(exc).splitlines()
+    hook = lines[0].rsplit("for hook ", 1)[-1].strip("'") if lines else ""
+    caller = getattr(pm.hook, hook, None)
+    spec = caller.spec if caller is not None else None
+    offered = f"; {hook} takes ({', '.join(spec.argnames)})" if spec is not None else ""
+    detail = "; ".join(line.removeprefix("hookimpl definition: ") for line in lines[1:])
+    function = getattr(plugin, hook, None)
+    return f"@hookimpl {detail or lines[0]}{offered}", function if callable(function) else None
+
+
+def _register(pm: PluginManager, info: PluginInfo, load: Callable[[], object], roots: list[str]) -> PluginInfo:
+    """Load and register one plugin; a failure is reported, never raised. `roots`: the plugin's folders."""
+    try:
+        plugin = load()
+    except Exception as exc:  # noqa: BLE001 - boundary: a broken plugin is reported, never fatal
+        return _failure(info, exc, roots, "importing it")
+    try:
+        pm.register(plugin, name=info.name)
+    except pluggy.PluginValidationError as exc:  # a hook whose arguments are not the hook's
+        reason, function = _validation_reason(pm, plugin, exc)
+        code = getattr(inspect.unwrap(function), "__code__", None) if function is not None else None
+        if code is None:
+            return plugin_failure(info, reason)
+        return plugin_failure(info, reason, file=code.co_filename, line=code.co_firstlineno)
+    except Exception as exc:  # noqa: BLE001 - boundary: a broken plugin is reported, never fatal
+        return _failure(info, exc, _roots(plugin) if isinstance(plugin, ModuleType) else [], "registering it")
+    problem = _hook_problem(pm, plugin)
+    if problem is not None:
+        pm.unregister(plugin, name=info.name)
+        reason, file, line = problem
+        return plugin_failure(info, reason, file=file, line=line)
+    return info
+
+
+def _logged(info: PluginInfo) -> PluginInfo:
+    if info.status == "failed":
+        logger.error("%s", info.describe())
+    return info
+
+
+def get_plugin_manager(settings: Settings, directories: Iterable[Path] = ()) -> tuple[PluginManager, list[PluginInfo]]:
+    """Build a plugin manager with every allowed plugin registered, and a report on each (also `pm.infos`).
+
+    `directories`: the YAML's `plugins.directories`, relative to the config file's folder.
+    Directory plugins come first (by directory, then name), then entry points (by name); hooks run in that order.
     """
-    pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+    pm = PluginManager()
     pm.add_hookspecs(hookspecs)
     eps = (
         sorted(entry_points(group=hookspecs.PROJECT_NAME), key=lambda e: e.name)
@@ -149,28 +326,40 @@ def get_plugin_manager(settings: Settings) -> tuple[PluginManager, list[PluginIn
         else []
     )
     installed = {ep.name: ep for ep in reversed(eps)}  # the first of a name, as the loop below keeps it
-    directories = [
-        path
-        for path in _discover_directories(plugin_directory(settings))
-        if path.name not in installed or not _is_same_plugin(installed[path.name], path)
-    ]
-    infos = [
-        _register(pm, path.name, f"directory {path}", functools.partial(_load_directory_plugin, path), settings)
-        for path in directories
-    ]
+    infos = pm.infos
+    replaced: dict[str, Path] = {}
+    for folder in plugin_directories(settings, directories):
+        for path in _discover_directories(folder):
+            if path.name in installed and _is_same_plugin(installed[path.name], path):
+                continue
+            info = PluginInfo(path.name, f"directory {path}", "loaded", file=str(_entry_file(path)))
+            if not _allowed(path.name, settings):
+                infos.append(replace(info, status="denied"))
+            elif path.name in replaced:
+                reason = f"a plugin named {path.name!r} is already loaded from {replaced[path.name]}"
+                infos.append(_logged(plugin_failure(info, reason)))
+            else:
+                replaced[path.name] = path
+                infos.append(_logged(_register(pm, info, functools.partial(_load_directory_plugin, path), [str(path)])))
 
-    replaced = {path.name: path for path in directories}
+    loaded_from: dict[str, str] = {}
     for ep in eps:
-        source = f"entry point {ep.value}"
+        package = _package_of(ep)
+        info = PluginInfo(ep.name, f"entry point {ep.value}", "loaded", package=package)
         if not _allowed(ep.name, settings):
-            infos.append(PluginInfo(ep.name, source, "denied"))
+            infos.append(replace(info, status="denied"))
         elif ep.name in replaced:
             note = f"the plugin directory {replaced[ep.name]} replaces it"
-            infos.append(PluginInfo(ep.name, source, "overridden", note=note))
-        elif any(i.name == ep.name for i in infos):
-            infos.append(PluginInfo(ep.name, source, "failed", f"a plugin named {ep.name!r} is already loaded"))
+            infos.append(replace(info, status="overridden", note=note))
+        elif ep.name in loaded_from:
+            reason = (
+                f"the entry point name {ep.name!r} is also used by {loaded_from[ep.name]}, loaded first; "
+                "uninstall one, or deny one with GATEWAY_PLUGINS__DENY"
+            )
+            infos.append(_logged(plugin_failure(info, reason)))
         else:
-            infos.append(_register(pm, ep.name, source, ep.load, settings))
+            loaded_from[ep.name] = f"package {package}" if package else f"entry point {ep.value}"
+            infos.append(_logged(_register(pm, info, ep.load, _entry_point_roots(ep))))
 
-    pm.check_pending()
+    pm.check_pending()  # every plugin with an unknown hook was failed above, so this only guards the invariant
     return pm, infos

@@ -8,14 +8,22 @@ from __future__ import annotations
 import difflib
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from mcp import StdioServerParameters
 from mcp.server import MCPServer, Server
 from pydantic import BaseModel
 
-from gateway.config.loader import ConfigError, GatewayConfig, ServerConfig, validate_plugin_settings
+from gateway.config.loader import (
+    PLUGIN_OPTIONS_KEY,
+    ConfigError,
+    GatewayConfig,
+    ServerConfig,
+    validate_plugin_options,
+    validate_plugin_settings,
+)
+from gateway.config.plugin_options import PluginOptions
 from gateway.config.settings import Settings
 from gateway.plugins import PluginManager
 from gateway.upstreams.oauth import OAuthBinding, Vault, vault_from_settings
@@ -24,11 +32,19 @@ from gateway.upstreams.upstream import UpstreamSpec
 __all__ = [
     "RegistrationError",
     "check_plugin_sections",
+    "failed_plugin_specs",
+    "plugin_options",
     "plugin_settings",
     "spec_from_config",
     "specs_from_config",
     "specs_from_plugins",
 ]
+
+
+SERVER_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+"""A failed plugin's name is shown as a server only when it could be one."""
+_NO_SERVER = Server("failed plugin")
+"""The target of a failed plugin's server, never connected (`UpstreamSpec.failure`)."""
 
 
 class RegistrationError(Exception):
@@ -113,8 +129,9 @@ def plugin_settings(pm: PluginManager, name: str, config: GatewayConfig | None) 
     """Plugin `name`'s validated `plugins.<name>` section, or None when it declares no `Config` model."""
     model = getattr(pm.get_plugin(name), "Config", None)
     raw = config.plugins.get(name) if config is not None else None
+    own = {key: value for key, value in (raw or {}).items() if key != PLUGIN_OPTIONS_KEY}
     if not (isinstance(model, type) and issubclass(model, BaseModel)):
-        if raw and config is not None:
+        if own and config is not None:
             raise ConfigError(
                 config.path,
                 "this plugin takes no settings (its module declares no `Config` model)",
@@ -125,6 +142,11 @@ def plugin_settings(pm: PluginManager, name: str, config: GatewayConfig | None) 
     if config is None:
         return model.model_validate({})
     return validate_plugin_settings(config, name, model)
+
+
+def plugin_options(name: str, config: GatewayConfig | None) -> PluginOptions:
+    """`plugins.<name>.gateway`: the gateway's options for the plugin's servers, validated."""
+    return validate_plugin_options(config, name, PluginOptions) if config is not None else PluginOptions()
 
 
 def check_plugin_sections(config: GatewayConfig, known: Sequence[str]) -> None:
@@ -139,12 +161,21 @@ def check_plugin_sections(config: GatewayConfig, known: Sequence[str]) -> None:
 def specs_from_plugins(
     pm: PluginManager, settings: Settings, config: GatewayConfig | None = None
 ) -> list[UpstreamSpec]:
-    """Ask every plugin for its servers, through `gateway_register_servers`, with its own settings."""
+    """Ask every plugin for its servers, through `gateway_register_servers`, with its own settings.
+
+    A plugin whose hook raises, or that registers badly (a name taken, not a server), fails
+    alone: none of its servers are kept, it is reported in `pm.infos`, and it gets a `failed`
+    server of its name, so that `check`, `servers`, the console and `/readyz` show it. So does
+    a plugin that failed to load. Bad `plugins.<name>` settings are the config's fault and raise
+    `ConfigError` (naming file, line and key), as every other config mistake does.
+    """
     specs: list[UpstreamSpec] = []
     owners: dict[str, str] = {}
 
     for impl in pm.hook.gateway_register_servers.get_hookimpls():
         plugin_name = pm.get_name(impl.plugin) or "?"
+        options = plugin_options(plugin_name, config)
+        own: list[UpstreamSpec] = []
 
         def register(
             name: str,
@@ -152,19 +183,26 @@ def specs_from_plugins(
             *,
             description: str = "",
             capabilities: Sequence[str] = (),
+            timeout: float | None = None,
             _plugin: str = plugin_name,
+            _own: list[UpstreamSpec] = own,
+            _options: PluginOptions = options,
         ) -> None:
-            if name in owners:
+            taken = owners.get(name) or next((_plugin for spec in _own if spec.id == name), None)
+            if taken is not None:
                 raise RegistrationError(
-                    f"plugin {_plugin!r} registers server {name!r}, already registered by plugin {owners[name]!r}"
+                    f"plugin {_plugin!r} registers server {name!r}, already registered by plugin {taken!r}"
                 )
             if not isinstance(server, MCPServer | Server):
                 raise RegistrationError(
                     f"plugin {_plugin!r} registered {name!r} with a {type(server).__name__}; "
                     "expected an mcp.server.MCPServer or mcp.server.Server"
                 )
-            owners[name] = _plugin
-            specs.append(
+            if timeout is not None and not (isinstance(timeout, int | float) and timeout > 0):
+                raise RegistrationError(
+                    f"plugin {_plugin!r} registered {name!r} with timeout={timeout!r}; expected seconds > 0"
+                )
+            _own.append(
                 UpstreamSpec(
                     id=name,
                     prefix=name,
@@ -174,9 +212,36 @@ def specs_from_plugins(
                     description=description,
                     capabilities=tuple(capabilities),
                     origin=f"plugin:{_plugin}",
+                    timeout=_options.timeout if _options.timeout is not None else timeout,
+                    tool_timeouts=dict(_options.tool_timeouts),
+                    max_concurrent_calls=_options.max_concurrent_calls,
                 )
             )
 
         offered = {"register": register, "settings": settings, "config": plugin_settings(pm, plugin_name, config)}
-        impl.function(**{name: offered[name] for name in impl.argnames})
-    return specs
+        try:
+            impl.function(**{name: offered[name] for name in impl.argnames})
+        except Exception as exc:  # noqa: BLE001 - boundary: one plugin's registration must not stop the others
+            pm.fail(plugin_name, exc, None if isinstance(exc, RegistrationError) else "gateway_register_servers")
+            continue
+        for spec in own:
+            owners[spec.id] = plugin_name
+        specs.extend(own)
+    return specs + failed_plugin_specs(pm, {*owners, *(config.servers if config is not None else ())})
+
+
+def failed_plugin_specs(pm: PluginManager, taken: Collection[str]) -> list[UpstreamSpec]:
+    """A `failed` server named after each failed plugin (whose name no server has), carrying its reason."""
+    return [
+        UpstreamSpec(
+            id=info.name,
+            prefix=info.name,
+            transport="memory",
+            target=_NO_SERVER,
+            name=info.name,
+            origin=f"plugin:{info.name}",
+            failure=info.describe(),
+        )
+        for info in pm.failed()
+        if info.name not in taken and SERVER_ID.match(info.name)
+    ]

@@ -145,9 +145,10 @@ def test_call_with_arguments_that_are_not_json_exits_2(tmp_path: Path) -> None:
     assert "--args is not valid JSON" in result.stderr
 
 
-def test_plugins_reports_a_broken_plugin_with_its_traceback_and_goes_on(tmp_path: Path) -> None:
-    result = run_cli("plugins", tmp_path=tmp_path, plugins=BROKEN_PLUGINS)
-    assert result.returncode == 0
+def test_plugins_reports_a_broken_plugin_with_its_traceback_goes_on_and_exits_1(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "gw.yaml", "mcps: {}\n")
+    result = run_cli("plugins", "--config", str(config), tmp_path=tmp_path, plugins=BROKEN_PLUGINS)
+    assert result.returncode == 1
     assert "broken" in result.stdout and "failed" in result.stdout
     assert "Traceback" in result.stdout and "broken on purpose" in result.stdout
 
@@ -169,11 +170,12 @@ def test_plugins_reports_a_directory_plugin_that_replaces_a_built_in(tmp_path: P
     assert f"  {note} replaces it" in result.stdout.splitlines()
 
 
-def test_a_broken_plugin_does_not_stop_the_gateway(tmp_path: Path) -> None:
+def test_a_broken_plugin_does_not_stop_the_gateway_and_fails_check(tmp_path: Path) -> None:
     config = write_config(tmp_path / "gw.yaml", "mcps: {}\n")
     result = run_cli("--config", str(config), "check", tmp_path=tmp_path, plugins=BROKEN_PLUGINS)
-    assert result.returncode == 0
+    assert result.returncode == 1
     assert "broken on purpose" in result.stderr
+    assert "broken  memory     failed" in result.stdout
 
 
 @pytest.mark.parametrize(

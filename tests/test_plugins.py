@@ -14,7 +14,7 @@ from gateway.config.loader import ConfigError, GatewayConfig, load_config
 from gateway.config.settings import PluginSettings, Settings
 from gateway.plugins import get_plugin_manager, plugin_directory
 from gateway.registry import Registry
-from gateway.server_specs import RegistrationError, check_plugin_sections, specs_from_plugins
+from gateway.server_specs import check_plugin_sections, specs_from_plugins
 from tests.conftest import REPO, call_plugin_tool
 
 
@@ -173,16 +173,23 @@ def test_the_repositorys_own_plugins_directory_is_the_built_ins_and_loads_once(t
     ]
 
 
-def test_registering_the_same_server_name_twice_names_both_plugins(tmp_path: Path) -> None:
+def test_registering_a_server_name_another_plugin_took_fails_that_plugin_alone_naming_both(tmp_path: Path) -> None:
     _write_plugin(tmp_path / "plugins", "first", SERVER_PLUGIN.format(name="shared"))
     _write_plugin(tmp_path / "plugins", "second", SERVER_PLUGIN.format(name="shared"))
     settings = _settings(tmp_path, tmp_path / "plugins")
     pm, _ = get_plugin_manager(settings)
-    with pytest.raises(RegistrationError, match="'shared'.*already registered by plugin"):
-        specs_from_plugins(pm, settings)
+    specs = specs_from_plugins(pm, settings)
+    assert [(s.id, s.origin, s.failure) for s in specs] == [
+        ("shared", "plugin:first", None),
+        ("second", "plugin:second", pm.failed()[0].describe()),
+    ]
+    [failed] = pm.failed()
+    assert failed.name == "second" and pm.get_plugin("second") is None
+    assert failed.reason == "plugin 'second' registers server 'shared', already registered by plugin 'first'"
+    assert failed.file == str(tmp_path / "plugins" / "second" / "__init__.py") and failed.line == 17
 
 
-def test_registering_something_that_is_not_an_mcp_server_is_a_clear_error(tmp_path: Path) -> None:
+def test_registering_something_that_is_not_an_mcp_server_fails_the_plugin_with_a_clear_error(tmp_path: Path) -> None:
     _write_plugin(
         tmp_path / "plugins",
         "wrong",
@@ -196,8 +203,9 @@ def test_registering_something_that_is_not_an_mcp_server_is_a_clear_error(tmp_pa
     )
     settings = _settings(tmp_path, tmp_path / "plugins")
     pm, _ = get_plugin_manager(settings)
-    with pytest.raises(RegistrationError, match="expected an mcp.server.MCPServer"):
-        specs_from_plugins(pm, settings)
+    [spec] = specs_from_plugins(pm, settings)
+    assert spec.id == "wrong" and spec.failure is not None
+    assert "registered 'wrong' with a object; expected an mcp.server.MCPServer" in spec.failure
 
 
 @pytest.mark.anyio

@@ -95,7 +95,7 @@ def configure_logging(settings: Settings) -> None:
 
 def load(settings: Settings, *, serving: bool) -> tuple[GatewayConfig, Registry, PluginManager, ToolVetter]:
     config = load_config(settings.config)
-    pm, infos = get_plugin_manager(settings)
+    pm, infos = get_plugin_manager(settings, config.plugin_directories)
     check_plugin_sections(config, [info.name for info in infos])
     specs = specs_from_plugins(pm, settings, config) + specs_from_config(config, settings)
     # Only `serve` has a client to relay sampling, elicitation and roots requests to.

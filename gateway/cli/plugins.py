@@ -7,16 +7,18 @@ import json
 from pathlib import Path
 
 from gateway.cli.check_report import print_table
-from gateway.cli.common import EXIT_OK, Usage
+from gateway.cli.common import EXIT_FAILED, EXIT_OK, Usage
+from gateway.config.loader import load_config
 from gateway.config.settings import Settings
 from gateway.plugins import PluginInfo, get_plugin_manager, plugin_directory
+from gateway.server_specs import check_plugin_sections, specs_from_plugins
 
 __all__ = ["add_parsers", "run_new_plugin", "run_plugins"]
 
 
 def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     plugins = commands.add_parser(
-        "plugins", help="list discovered plugins, with the traceback of any that failed to load"
+        "plugins", help="validate the config, load every plugin, list them with why any failed; exit 1 if any failed"
     )
     plugins.add_argument("--json", action="store_true", help="print JSON for scripts")
     plugins.set_defaults(run=run_plugins)
@@ -30,8 +32,13 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 
 def run_plugins(args: argparse.Namespace, settings: Settings) -> int:
-    _, infos = get_plugin_manager(settings)
-    return _plugins(infos, args.json)
+    """Validate the config (when there is one), load every plugin and run its registration, as `serve` would."""
+    config = load_config(settings.config) if settings.config.exists() else None
+    pm, infos = get_plugin_manager(settings, config.plugin_directories if config is not None else ())
+    if config is not None:
+        check_plugin_sections(config, [info.name for info in infos])
+    specs_from_plugins(pm, settings, config)  # a registration that raises fails its plugin here too
+    return _plugins(pm.infos, args.json)
 
 
 def run_new_plugin(args: argparse.Namespace, settings: Settings) -> int:
@@ -39,19 +46,22 @@ def run_new_plugin(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _plugins(infos: list[PluginInfo], as_json: bool) -> int:
+    """The table, then each failure's one line and traceback; exit 1 when a plugin failed, as `check` does."""
+    failed = [info for info in infos if info.status == "failed"]
     if as_json:
         print(json.dumps([i.__dict__ for i in infos], indent=2))
-        return EXIT_OK
+        return EXIT_FAILED if failed else EXIT_OK
     if not infos:
         print("No plugins found.")
     print_table([[i.name, i.status, i.source] for i in infos], ["PLUGIN", "STATUS", "SOURCE"])
     for info in infos:
         if info.note:
             print(f"  {info.name} ({info.source}): {info.note}")
-    for info in infos:
-        if info.error:
-            print(f"\n{info.name} failed to load:\n{info.error}")
-    return EXIT_OK
+    for info in failed:
+        print(f"\n{info.describe()}")
+        if info.error and info.error != info.reason:
+            print(info.error.rstrip())
+    return EXIT_FAILED if failed else EXIT_OK
 
 
 def _new_plugin(settings: Settings, name: str, tests: Path | None) -> int:

@@ -169,7 +169,7 @@ async def _serve(
                 registry, settings, router, auth=config.auth, security=config.security, records=records
             )
             gateway.config, gateway.vetter = config, vetter  # for the operator console (`/admin`)
-            plugin_names = [name for name, _ in pm.list_name_plugin()]
+            plugin_names = [info.name for info in pm.infos]  # a failed plugin's section stays valid
             reloader = Reloader(
                 registry, settings, pm, config, vetter, plugin_names=plugin_names, settings_source=settings_source
             )

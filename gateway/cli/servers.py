@@ -14,6 +14,7 @@ from gateway.cli.check_report import NOT_FAILED, print_check, server_row
 from gateway.cli.common import EXIT_FAILED, EXIT_OK, Usage, load, with_registry
 from gateway.cli.remote import RemoteError, add_key_option, admin_call, running_gateway
 from gateway.config.settings import Settings
+from gateway.plugins import PluginInfo
 from gateway.registry import Registry
 from gateway.security.vetting import ToolVetter
 
@@ -39,11 +40,13 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
 def run_check(args: argparse.Namespace, settings: Settings) -> int:
     if getattr(args, "action", None) is not None:
         return _act(args, settings)
-    _, registry, _, vetter = load(settings, serving=False)
-    return anyio.run(_check, registry, args.json, args.command == "servers", vetter)
+    _, registry, pm, vetter = load(settings, serving=False)
+    return anyio.run(_check, registry, args.json, args.command == "servers", vetter, pm.failed())
 
 
-async def _check(registry: Registry, as_json: bool, detailed: bool, vetter: ToolVetter) -> int:
+async def _check(
+    registry: Registry, as_json: bool, detailed: bool, vetter: ToolVetter, plugins_failed: list[PluginInfo]
+) -> int:
     async def body(reg: Registry) -> list[dict[str, Any]]:
         return [server_row(u, reg) for u in reg.upstreams.values()]
 
@@ -52,10 +55,16 @@ async def _check(registry: Registry, as_json: bool, detailed: bool, vetter: Tool
     reports = sorted(vetter.reports.values(), key=lambda r: r.exposed)
     if as_json:
         findings = [{"tool": r.exposed, "server": r.server, "action": r.action, "findings": r.lines()} for r in reports]
-        print(json.dumps({"servers": rows, "ok": not failed, "tool_findings": findings}, indent=2))
+        ok = not failed and not plugins_failed
+        plugins = [info.__dict__ for info in plugins_failed]
+        print(json.dumps({"servers": rows, "ok": ok, "tool_findings": findings, "plugins_failed": plugins}, indent=2))
     else:
         print_check(rows, reports, detailed)
-    return EXIT_FAILED if failed else EXIT_OK
+        shown = {r["server"] for r in failed}
+        for info in plugins_failed:  # those without a server row of their name (a name clash)
+            if info.name not in shown:
+                print(f"  {info.describe()}")
+    return EXIT_FAILED if failed or plugins_failed else EXIT_OK
 
 
 def _act(args: argparse.Namespace, settings: Settings) -> int:

@@ -37,7 +37,10 @@ __all__ = [
     "GatewayConfig",
     "ServerConfig",
     "ToolFilter",
+    "PLUGIN_DIRECTORIES_KEY",
+    "PLUGIN_OPTIONS_KEY",
     "load_config",
+    "validate_plugin_options",
     "validate_plugin_settings",
     "parse_config",
 ]
@@ -47,6 +50,12 @@ DEFAULT_CONFIG_NAME = "external-mcps.yaml"
 TOP_LEVEL_KEYS = ("mcps", "mcpServers", "servers", "inputs", "plugins", "auth", "security")
 """Every key allowed at the top of the file. Later sections (e.g. `routing`) add theirs here.
 `inputs` (VS Code's prompts for `${input:...}` values) is accepted and ignored."""
+
+PLUGIN_OPTIONS_KEY = "gateway"
+"""`plugins.<name>.gateway:` holds the gateway's options for the plugin's servers (timeouts, isolation);
+the plugin's own `Config` never sees it."""
+PLUGIN_DIRECTORIES_KEY = "directories"
+"""`plugins.directories:`: folders to search for plugin directories (not a plugin's name)."""
 
 SERVER_SECTIONS = ("mcps", "mcpServers", "servers")
 """Top-level keys holding servers: ours, Claude Desktop / Cursor's, and VS Code's `mcp.json` one."""
@@ -103,6 +112,8 @@ class GatewayConfig(BaseModel):
     path: Path
     servers: dict[str, ServerConfig] = Field(default_factory=dict)
     plugins: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    plugin_directories: tuple[Path, ...] = ()
+    """`plugins.directories`: folders of plugin directories, made absolute against the file's folder."""
     auth: AuthConfig = Field(default_factory=AuthConfig)
     security: SecurityConfig = Field(default_factory=SecurityConfig)
     _lines: dict[KeyPath, int] = PrivateAttr(default_factory=dict)
@@ -126,7 +137,14 @@ def validate_plugin_settings(config: GatewayConfig, name: str, model: type[M]) -
     A problem is one `ConfigError` naming the file, the line and the key
     (`external-mcps.yaml:14: plugins.openapi.specs[0].url: Field required`).
     """
-    return _validate_section(model, config.plugins.get(name, {}), ("plugins", name), config.path, config.line_of)
+    own = {key: value for key, value in config.plugins.get(name, {}).items() if key != PLUGIN_OPTIONS_KEY}
+    return _validate_section(model, own, ("plugins", name), config.path, config.line_of)
+
+
+def validate_plugin_options(config: GatewayConfig, name: str, model: type[M]) -> M:
+    """Validate `plugins.<name>.gateway`, the gateway's own options for a plugin's servers, like any section."""
+    raw = config.plugins.get(name, {}).get(PLUGIN_OPTIONS_KEY, {})
+    return _validate_section(model, raw, ("plugins", name, PLUGIN_OPTIONS_KEY), config.path, config.line_of)
 
 
 def _validate_section(
@@ -241,20 +259,38 @@ class _Parser:
                 servers[sid] = self._server(section, sid, raw)
                 self.sections[sid] = section
         self._check_prefixes(servers)
+        sections = dict(self._mapping(data.get("plugins"), ("plugins",), "plugin name to settings"))
+        directories = self._plugin_directories(sections.pop(PLUGIN_DIRECTORIES_KEY, None))
         plugins = {
             name: self._interpolate(
                 self._mapping(value, ("plugins", name), "setting to value"), ("plugins", name), False
             )
-            for name, value in self._mapping(data.get("plugins"), ("plugins",), "plugin name to settings").items()
+            for name, value in sections.items()
         }
         auth = self._section("auth", data, AuthConfig)
         if auth.jwt is not None and auth.jwt.jwks_file is not None:
             jwt = auth.jwt.model_copy(update={"jwks_file": self.folder / auth.jwt.jwks_file.expanduser()})
             auth = auth.model_copy(update={"jwt": jwt})
         security = self._section("security", data, SecurityConfig)
-        config = GatewayConfig(path=self.path, servers=servers, plugins=plugins, auth=auth, security=security)
+        config = GatewayConfig(
+            path=self.path,
+            servers=servers,
+            plugins=plugins,
+            plugin_directories=directories,
+            auth=auth,
+            security=security,
+        )
         config._lines.update({key: line for key, line in self.lines.items() if key[:1] == ("plugins",)})
         return config
+
+    def _plugin_directories(self, raw: Any) -> tuple[Path, ...]:
+        """`plugins.directories`: a list of folders, relative to the file's folder."""
+        if raw is None:
+            return ()
+        key = ("plugins", PLUGIN_DIRECTORIES_KEY)
+        if not isinstance(raw, list) or not all(isinstance(item, str) and item for item in raw):
+            raise self.error(key, "must be a list of folders (relative to this file's folder)")
+        return tuple(self.folder / Path(item).expanduser() for item in raw)
 
     def _section(self, key: str, data: dict[str, Any], model: type[M]) -> M:
         """A top-level section (`auth:`, `security:`) validated, `${VAR}` expanded (e.g. key hashes)."""

@@ -65,6 +65,9 @@ class UpstreamSpec:
     """Credential and header values, masked wherever the server's words are repeated."""
     stderr_level: int = logging.DEBUG
     """The log level of a stdio server's stderr lines (`gateway.upstreams.stderr`)."""
+    failure: str | None = None
+    """Why this server cannot start at all (a plugin that failed to load or register): it is shown
+    `failed` with this reason and never connected."""
 
     @property
     def display_name(self) -> str:

@@ -196,6 +196,10 @@ class Upstream:
         if not self.spec.enabled:
             self._ready.set()
             return
+        if self.spec.failure is not None:
+            await self._set_state("failed", self.spec.failure)
+            self._ready.set()
+            return
         cached = self.on_demand.cached_listing()
         if cached is not None:
             self.listing = cached
