@@ -52,11 +52,14 @@ class RegisterServer(Protocol):
         *,
         description: str = "",
         capabilities: Sequence[str] = (),
+        timeout: float | None = None,
     ) -> None:
         """Register an in-process MCP server under `name` (also its default tool prefix).
 
         `description` and `capabilities` (free tags) describe the server to people and
-        to the router. Registering the same name twice is an error that names both plugins.
+        to the router; `timeout` is the plugin's default seconds per call, which the YAML's
+        `plugins.<plugin>.gateway.timeout` overrides. Registering a name already taken is an
+        error that names both plugins and fails the plugin that registered second.
         """
 
 

@@ -222,3 +222,70 @@ def test_two_installed_packages_with_one_entry_point_name_are_both_named(tmp_pat
     check = _cli(tmp_path, "check", env=env)
     assert check.returncode == 1
     assert "plugin 'units' (package units-two 1.0): the entry point name 'units' is also used by" in check.stdout
+
+
+SLOW = """
+    import anyio
+    from mcp.server import MCPServer
+    from gateway.hookspecs import hookimpl
+
+    @hookimpl
+    def gateway_register_servers(register):
+        server = MCPServer("slow")
+
+        @server.tool()
+        async def wait(seconds: float) -> str:
+            \"\"\"Wait a while.\"\"\"
+            await anyio.sleep(seconds)
+            return "done"
+
+        register("slow", server, timeout=30)
+"""
+
+
+def test_the_yaml_names_plugin_directories_and_a_plugins_timeout_which_fires(tmp_path: Path) -> None:
+    """`plugins.directories` finds plugins beside the default folder; `plugins.<name>.gateway.timeout`
+    overrides the plugin's own `register(..., timeout=30)`; the plugin's settings never see it."""
+    _plugins(tmp_path / "plugins", {"good": GOOD})
+    _plugins(tmp_path / "shared" / "more", {"slow": SLOW})
+    write_config(
+        tmp_path / "gateway.yaml",
+        """
+        plugins:
+          directories: [plugins, shared/more]
+          slow:
+            gateway:
+              timeout: 1
+        """,
+    )
+    listed = _cli(tmp_path, "plugins", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [(i["name"], i["status"]) for i in json.loads(listed.stdout)] == [("good", "loaded"), ("slow", "loaded")]
+
+    async def main() -> tuple[bool, dict[str, Any], str]:
+        with anyio.fail_after(60):
+            async with gateway_over_stdio(tmp_path / "gateway.yaml", tmp_path, _env(tmp_path)) as client:
+                slow = await client.call_tool("slow__wait", {"seconds": 20})
+                quick = await client.call_tool("slow__wait", {"seconds": 0})
+                return slow.is_error, slow.meta or {}, quick.content[0].text  # type: ignore[union-attr]
+
+    is_error, meta, quick = anyio.run(main)
+    assert is_error and json.dumps(meta).count("upstream_timeout") >= 1, meta
+    assert quick == "done"
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("plugins:\n  directories: plugins\n", "gateway.yaml:2: plugins.directories: must be a list of folders"),
+        ("plugins:\n  good:\n    gateway:\n      timout: 3\n", "plugins.good.gateway.timout: unknown setting (did you"),
+        ("plugins:\n  good:\n    gateway:\n      timeout: -1\n", "gateway.yaml:4: plugins.good.gateway.timeout: Input"),
+        ("plugin:\n  good: {}\n", "gateway.yaml:1: plugin: unknown key 'plugin' (did you mean 'plugins'?)"),
+    ],
+)
+def test_plugins_validates_the_config_and_names_file_line_and_key(tmp_path: Path, body: str, expected: str) -> None:
+    _plugins(tmp_path / "plugins", {"good": GOOD})
+    write_config(tmp_path / "gateway.yaml", body)
+    done = _cli(tmp_path, "plugins")
+    assert done.returncode == 2, done.stdout
+    assert expected in done.stderr
