@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -384,3 +387,59 @@ def test_settings_for_a_plugin_without_a_config_model_or_for_no_plugin_are_error
 def _write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
+
+
+def _python_blocks(section: str) -> list[str]:
+    """The ```python blocks of one section of the plugin guide, in order."""
+    guide = (REPO / "docs" / "plugins.md").read_text()
+    text = guide[guide.index(section) :]
+    text = text[: text.index("\n## ", len(section))]
+    blocks = []
+    while "```python\n" in text:
+        start = text.index("```python\n") + len("```python\n")
+        end = text.index("```\n", start)
+        blocks.append(text[start:end])
+        text = text[end:]
+    return blocks
+
+
+def _run_pytest(project: Path, test: Path) -> subprocess.CompletedProcess[str]:
+    """`python -m pytest TEST` run in `project`, as the guide says, with the gateway's interpreter."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GATEWAY_", "PYTHONPATH"))}
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test)],
+        capture_output=True,
+        text=True,
+        env=env | {"GATEWAY_EMBEDDING__ENABLED": "false"},
+        cwd=project,
+        timeout=180,
+    )
+
+
+def test_the_guides_tests_of_its_complete_plugin_pass_as_written(tmp_path: Path) -> None:
+    """Both snippets of "Testing a plugin", pasted into a test file beside the guide's plugin, pass
+    under pytest with nothing but the installed gateway: the second one behind a real gateway."""
+    [plugin] = _python_blocks("## A complete plugin")
+    in_memory, behind_the_gateway, _signature = _python_blocks("## Testing a plugin")
+    _write_plugin(tmp_path / "plugins", "weather", plugin)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_weather.py").write_text(in_memory + "\n\n" + behind_the_gateway)
+    ran = _run_pytest(tmp_path, tmp_path / "tests" / "test_weather.py")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "2 passed" in ran.stdout
+
+
+@pytest.mark.anyio
+async def test_plugin_client_refuses_to_serve_when_a_plugin_failed_naming_it(tmp_path: Path) -> None:
+    from gateway.testing import PluginLoadError, plugin_client
+
+    _write_plugin(tmp_path / "plugins", "greeter", SERVER_PLUGIN.format(name="greeter"))
+    _write_plugin(
+        tmp_path / "plugins",
+        "typo",
+        "from gateway.hookspecs import hookimpl\n\n@hookimpl\ndef gateway_befor_call(call):\n    pass\n",
+    )
+    expected = r"plugin 'typo' \(.*typo/__init__.py:3\): @hookimpl 'gateway_befor_call'"
+    with anyio.fail_after(30), pytest.raises(PluginLoadError, match=expected):
+        async with plugin_client(tmp_path / "plugins"):
+            pass

@@ -27,6 +27,7 @@ def _new_plugin(
         text=True,
         env=environment | {"PYTHONPATH": str(REPO)},
         cwd=tmp_path / "elsewhere",
+        stdin=subprocess.DEVNULL,  # not a terminal: a question becomes an error that names the flag
         timeout=60,
     )
 
@@ -53,6 +54,7 @@ def test_new_plugin_writes_a_plugin_that_serves_its_tool_and_a_test_that_passes(
     generated = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(generated)
     generated.test_greet_says_hello()
+    generated.test_greet_is_served_behind_the_gateway()
 
 
 def test_new_plugin_writes_beside_the_config_file_where_the_gateway_and_pytest_find_it(tmp_path: Path) -> None:
@@ -73,7 +75,7 @@ def test_new_plugin_writes_beside_the_config_file_where_the_gateway_and_pytest_f
         timeout=120,
     )
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    assert "1 passed" in ran.stdout
+    assert "2 passed" in ran.stdout
 
 
 def test_a_plugin_directory_that_is_not_a_package_name_is_refused(tmp_path: Path) -> None:
@@ -94,3 +96,62 @@ def test_existing_files_are_never_overwritten(tmp_path: Path) -> None:
     assert _new_plugin(tmp_path, "hello").returncode == 0
     again = _new_plugin(tmp_path, "hello")
     assert again.returncode == 2 and "not overwriting" in again.stderr
+
+
+def test_new_plugin_on_a_fresh_install_writes_a_config_so_every_printed_next_step_runs(tmp_path: Path) -> None:
+    """No config file yet: `new-plugin` writes one, and the `tools` command it prints then lists the tool."""
+    done = _new_plugin(tmp_path, "hello")
+    assert done.returncode == 0, done.stderr
+    config = tmp_path / "gateway.yaml"
+    assert f"wrote {config}" in done.stdout.splitlines()
+    [tools_step] = [line for line in done.stdout.splitlines() if "tools --server hello" in line]
+    command = tools_step.split("`")[1].split()
+    assert command[0] == "mcp-gateway"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")} | {
+        "GATEWAY_EMBEDDING__ENABLED": "false"
+    }
+    listed = subprocess.run(
+        [sys.executable, "-m", "gateway", *command[1:]],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert "hello__greet" in listed.stdout
+    # The test step names the gateway's own interpreter, which has the gateway (and here, pytest).
+    assert f"`{sys.executable} -m pytest {tmp_path / 'tests' / 'test_hello_plugin.py'}`" in done.stdout
+    assert "pytest is not installed" not in done.stdout
+
+
+def test_new_plugin_says_to_install_pytest_when_it_is_missing(tmp_path: Path) -> None:
+    """An interpreter without pytest (`find_spec` answers None for it): the next step says what to install."""
+    script = (
+        "import importlib.util, sys; find = importlib.util.find_spec; "
+        "importlib.util.find_spec = lambda name, *a: None if name == 'pytest' else find(name, *a); "
+        "from gateway.cli.main import run; sys.exit(run())"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, "new-plugin", "hello", "--config", str(tmp_path / "gateway.yaml")],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")} | {"PYTHONPATH": str(REPO)},
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"pytest is not installed: `{sys.executable} -m pip install pytest`, then" in done.stdout
+
+
+def test_a_name_an_installed_plugin_has_needs_replace(tmp_path: Path) -> None:
+    refused = _new_plugin(tmp_path, "clock")
+    assert refused.returncode == 2
+    assert "an installed plugin is named 'clock' (package mcp-gateway " in refused.stderr
+    assert "a plugin directory 'clock' would replace it: choose another name, or pass --replace" in refused.stderr
+    assert not (tmp_path / "plugins").exists()
+
+    replaced = _new_plugin(tmp_path, "clock", "--replace")
+    assert replaced.returncode == 0, replaced.stderr
+    assert (tmp_path / "plugins" / "clock" / "__init__.py").is_file()

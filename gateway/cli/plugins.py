@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 
 from gateway.cli.check_report import print_table
 from gateway.cli.common import EXIT_FAILED, EXIT_OK, Usage
 from gateway.config.loader import load_config
 from gateway.config.settings import Settings
+from gateway.hookspecs import PROJECT_NAME
 from gateway.plugins import PluginInfo, get_plugin_manager, plugin_directory
 from gateway.server_specs import check_plugin_sections, specs_from_plugins
 
@@ -28,6 +32,11 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     scaffold.add_argument(
         "--tests", type=Path, help="where its test goes (default: `tests` beside the plugin directory)"
     )
+    scaffold.add_argument(
+        "--replace",
+        action="store_true",
+        help="write it even though an installed plugin has this name (the new directory replaces it)",
+    )
     scaffold.set_defaults(run=run_new_plugin)
 
 
@@ -42,7 +51,23 @@ def run_plugins(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run_new_plugin(args: argparse.Namespace, settings: Settings) -> int:
+    _check_installed_name(args.name, args.replace)
     return _new_plugin(settings, args.name, args.tests)
+
+
+def _check_installed_name(name: str, replace: bool) -> None:
+    """A plugin directory named like an installed plugin replaces it: ask first (or take `--replace`)."""
+    installed = [ep for ep in entry_points(group=PROJECT_NAME) if ep.name == name]
+    if not installed or replace:
+        return
+    dist = installed[0].dist
+    owner = f"package {dist.name} {dist.version}" if dist is not None else f"entry point {installed[0].value}"
+    question = f"an installed plugin is named {name!r} ({owner}); a plugin directory {name!r} would replace it"
+    if sys.stdin.isatty():
+        if input(f"{question}. Write it anyway? [y/N] ").strip().lower() in ("y", "yes"):
+            return
+        raise Usage("nothing written; choose another name")
+    raise Usage(f"{question}: choose another name, or pass --replace")
 
 
 def _plugins(infos: list[PluginInfo], as_json: bool) -> int:
@@ -66,17 +91,20 @@ def _plugins(infos: list[PluginInfo], as_json: bool) -> int:
 
 def _new_plugin(settings: Settings, name: str, tests: Path | None) -> int:
     """Write the plugin into the directory the gateway searches (beside the config), its test next to it."""
-    from gateway.cli.scaffold import ScaffoldError, new_plugin
+    from gateway.cli.scaffold import ScaffoldError, new_plugin, write_config
 
     plugins = plugin_directory(settings)
     try:
         written = new_plugin(name, plugins, tests or plugins.parent / "tests")
     except ScaffoldError as exc:
         raise Usage(str(exc)) from None
+    if write_config(settings.config):
+        written.append(settings.config)
     for path in written:
         print(f"wrote {path}")
-    print(
-        f"next: `mcp-gateway --config {settings.config} tools --server {name}` lists its tool; "
-        f"`python -m pytest {written[1]}`, run in {plugins.parent}, runs its test"
-    )
+    print(f"next: `mcp-gateway --config {settings.config} tools --server {name}` lists its tool")
+    pytest_command = f"{sys.executable} -m pytest {written[1]}"
+    if importlib.util.find_spec("pytest") is None:
+        print(f"      pytest is not installed: `{sys.executable} -m pip install pytest`, then")
+    print(f"      `{pytest_command}`, run in {plugins.parent}, runs its tests")
     return EXIT_OK

@@ -8,10 +8,11 @@ file), and its test beside that directory, importing it as `<directory name>.<na
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
-__all__ = ["NAME_PATTERN", "ScaffoldError", "new_plugin"]
+__all__ = ["NAME_PATTERN", "ScaffoldError", "new_plugin", "write_config"]
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 
@@ -38,12 +39,17 @@ def gateway_register_servers(register, settings):
     register("{name}", create_server(), description="Greets people", capabilities=["{name}"])
 '''
 
-TEST_TEMPLATE = '''"""The {name} plugin's server, called through the SDK's real client in memory."""
+TEST_TEMPLATE = '''"""The {name} plugin: its server through the SDK's real client, then behind a real gateway."""
+
+from pathlib import Path
 
 import anyio
 from mcp import Client
 
+from gateway.testing import plugin_client
 from {package}.{name} import create_server
+
+PLUGINS = Path(__file__).resolve().parent / "{plugins_from_tests}"
 
 
 def test_greet_says_hello() -> None:
@@ -53,7 +59,20 @@ def test_greet_says_hello() -> None:
             return result.content[0].text
 
     assert anyio.run(main) == "Hello, Ada!"
+
+
+def test_greet_is_served_behind_the_gateway() -> None:
+    async def main() -> str:
+        async with plugin_client(PLUGINS) as client:
+            result = await client.call_tool("{name}__greet", {{"who": "Ada"}})
+            return result.content[0].text
+
+    assert anyio.run(main) == "Hello, Ada!"
 '''
+
+CONFIG_TEMPLATE = """# mcp-gateway: servers under `mcps:`, plugin settings under `plugins:` (docs/configuration.md).
+mcps: {}
+"""
 
 
 class ScaffoldError(Exception):
@@ -79,5 +98,17 @@ def new_plugin(name: str, plugins_dir: Path, tests_dir: Path) -> list[Path]:
     plugin.parent.mkdir(parents=True, exist_ok=True)
     test.parent.mkdir(parents=True, exist_ok=True)
     plugin.write_text(PLUGIN_TEMPLATE.format(name=name), encoding="utf-8")
-    test.write_text(TEST_TEMPLATE.format(name=name, package=plugins_dir.name), encoding="utf-8")
+    relative = Path(os.path.relpath(plugins_dir.resolve(), tests_dir.resolve())).as_posix()
+    test.write_text(
+        TEST_TEMPLATE.format(name=name, package=plugins_dir.name, plugins_from_tests=relative), encoding="utf-8"
+    )
     return [plugin, test]
+
+
+def write_config(path: Path) -> bool:
+    """Write an empty config at `path` unless one is there, so the next steps' commands run; whether it wrote."""
+    if path.exists():
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(CONFIG_TEMPLATE, encoding="utf-8")
+    return True
