@@ -81,9 +81,9 @@ def gateway_register_servers(register: RegisterServer, settings: Settings, confi
 def gateway_embedder(settings: Settings) -> Embedder | None:
     """Provide the router's embedding model instead of the built-in fastembed one.
 
-    The first plugin that returns an object (not None) wins; plugins are asked in
-    reverse registration order, as pluggy does. Return None to leave the choice to
-    others. The object must satisfy `gateway.router.base.Embedder`: `model_id`, `dim`,
+    The first plugin in plugin order (directories by name, then entry points by name, the
+    order `gateway_before_call` runs in) that returns an object wins. Return None to leave
+    the choice to others. The object must satisfy `gateway.router.base.Embedder`: `model_id`, `dim`,
     `embed_documents(texts)` and `embed_query(text)`, returning L2-normalized float32
     numpy arrays. It is called from a worker thread.
     """
@@ -136,7 +136,8 @@ def gateway_translate_error(
     """Turn a gateway-made error (`error.code`, `error.message`, `error.server`) into the result the client gets.
 
     Called when the call chain ends in a `GatewayError` (invalid arguments, upstream
-    unavailable, timeout, open breaker, exceeded retries ...). The first plugin that
-    returns a result wins (pluggy `firstresult`); when none does, the standard error
-    result of docs/errors.md is sent. May be a coroutine function.
+    unavailable, timeout, open breaker, exceeded retries ...). When no plugin returns a
+    result, the standard error
+    result of docs/errors.md is sent. Plugins are asked in plugin order (as
+    `gateway_before_call`): the first that returns a result wins. May be a coroutine function.
     """

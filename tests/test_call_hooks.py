@@ -162,3 +162,45 @@ async def test_enrichment_from_a_plugin_is_indexed_and_a_failing_one_is_skipped(
             await router.complete.wait()
             hits = await router.search("a short siesta", 3, 0.0)
             assert hits[0].name == "mem__sleep"
+
+
+def _translator(tag: str) -> str:
+    """A plugin that translates every gateway-made error, and records whether its after-hook ran."""
+    return f"""
+import mcp_types as types
+from gateway.hookspecs import hookimpl
+
+@hookimpl
+def gateway_after_call(call, result):
+    text = result.content[0].text + "|after {tag}"
+    return result.model_copy(update={{"content": [types.TextContent(type="text", text=text)]}})
+
+@hookimpl
+def gateway_translate_error(call, error):
+    return types.CallToolResult(content=[types.TextContent(type="text", text="{tag}: " + error.code)], isError=True)
+"""
+
+
+async def test_the_first_plugin_in_plugin_order_translates_an_error_as_it_runs_first_before_a_call(
+    tmp_path: Path,
+) -> None:
+    """`a_first` runs first in gateway_before_call, so it is also the one whose translation wins."""
+    result = await _call(
+        tmp_path,
+        {"a_first": _translator("a_first"), "z_last": _translator("z_last")},
+        "mem__add",
+        {
+            "a": "one",
+            "b": 2,
+        },
+    )
+    assert result.is_error and _text(result) == "a_first: invalid_arguments"
+
+
+async def test_after_hooks_see_upstream_error_results_but_not_gateway_made_errors(tmp_path: Path) -> None:
+    """An upstream's own error result goes through the after-hooks; a gateway-made error (here, invalid
+    arguments) goes to gateway_translate_error only."""
+    upstream_error = await _call(tmp_path / "one", {"a_first": _translator("a")}, "mem__fail", {"message": "boom"})
+    assert upstream_error.is_error and _text(upstream_error).endswith("|after a")
+    gateway_error = await _call(tmp_path / "two", {"a_first": _translator("a")}, "mem__add", {"a": "one", "b": 2})
+    assert _text(gateway_error) == "a: invalid_arguments"

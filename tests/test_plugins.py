@@ -291,6 +291,30 @@ def test_a_plugin_can_provide_the_routers_embedder(tmp_path: Path) -> None:
     assert embedder is not None and embedder.model_id == "letters@1"
 
 
+def test_of_two_plugins_providing_an_embedder_the_first_in_plugin_order_wins(tmp_path: Path) -> None:
+    from gateway.hookspecs import hookimpl
+    from gateway.router.service import load_router_embedder
+
+    class Named(_LetterEmbedder):
+        def __init__(self, model_id: str) -> None:
+            self.model_id = model_id
+
+    class Provides:
+        def __init__(self, model_id: str) -> None:
+            self.model_id = model_id
+
+        @hookimpl
+        def gateway_embedder(self) -> _LetterEmbedder:
+            return Named(self.model_id)
+
+    settings = _settings(tmp_path, tmp_path / "none")
+    pm, _ = get_plugin_manager(settings)
+    pm.register(Provides("a_first@1"), name="a_first")
+    pm.register(Provides("z_last@1"), name="z_last")
+    embedder = load_router_embedder(settings, pm)
+    assert embedder is not None and embedder.model_id == "a_first@1"
+
+
 def test_an_embedder_that_is_not_one_is_a_clear_error(tmp_path: Path) -> None:
     from gateway.hookspecs import hookimpl
     from gateway.router.service import load_router_embedder
@@ -443,3 +467,80 @@ async def test_plugin_client_refuses_to_serve_when_a_plugin_failed_naming_it(tmp
     with anyio.fail_after(30), pytest.raises(PluginLoadError, match=expected):
         async with plugin_client(tmp_path / "plugins"):
             pass
+
+
+def test_the_guides_worked_plugin_and_its_test_pass_as_written(tmp_path: Path) -> None:
+    plugin, test = _python_blocks("## A worked plugin with its test")
+    _write_plugin(tmp_path / "plugins", "units", plugin)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_units.py").write_text(test)
+    ran = _run_pytest(tmp_path, tmp_path / "tests" / "test_units.py")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "2 passed" in ran.stdout
+
+
+LIFESPAN_PLUGIN = """
+    import contextlib
+    from pathlib import Path
+    from mcp.server import MCPServer
+    from gateway.hookspecs import hookimpl
+
+    @hookimpl
+    def gateway_register_servers(register, settings):
+        log = Path(settings.data_dir) / "lifespan.log"
+
+        @contextlib.asynccontextmanager
+        async def lifespan(server):
+            with log.open("a") as out:
+                out.write("start\\n")
+            try:
+                yield {}
+            finally:
+                with log.open("a") as out:
+                    out.write("stop\\n")
+
+        server = MCPServer("life", lifespan=lifespan)
+
+        @server.tool()
+        def ping() -> str:
+            \"\"\"Answer pong.\"\"\"
+            return "pong"
+
+        register("life", server)
+"""
+
+
+@pytest.mark.anyio
+async def test_a_plugin_servers_lifespan_starts_when_the_gateway_connects_and_stops_when_it_stops(
+    tmp_path: Path,
+) -> None:
+    from gateway.testing import plugin_client
+
+    _write_plugin(tmp_path / "plugins", "life", LIFESPAN_PLUGIN)
+    log = tmp_path / "data" / "lifespan.log"
+    (tmp_path / "data").mkdir()
+    with anyio.fail_after(30):
+        async with plugin_client(tmp_path / "plugins", data_dir=tmp_path / "data") as client:
+            assert log.read_text() == "start\n"
+            assert (await client.call_tool("life__ping", {})).content[0].text == "pong"  # type: ignore[union-attr]
+    assert log.read_text() == "start\nstop\n"
+
+
+def test_a_directory_plugin_imported_by_a_test_is_a_second_copy_of_the_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What "Module identity" in the guide says: `plugins.<name>` and the gateway's
+    `mcp_gateway_local_plugins.<name>` are two modules, with their own module-level state."""
+    import importlib
+
+    _write_plugin(tmp_path / "plugins", "counter", SERVER_PLUGIN.format(name="counter") + "\n    COUNT = [0]\n")
+    (tmp_path / "plugins" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for module in [m for m in sys.modules if m == "plugins" or m.startswith("plugins.")]:
+        monkeypatch.delitem(sys.modules, module)
+    pm, _ = get_plugin_manager(_settings(tmp_path, tmp_path / "plugins"))
+    by_gateway = pm.get_plugin("counter")
+    by_test = importlib.import_module("plugins.counter")
+    assert by_gateway.__name__ == "mcp_gateway_local_plugins.counter" and by_test.__name__ == "plugins.counter"
+    by_test.COUNT[0] += 1
+    assert by_gateway.COUNT == [0]

@@ -50,7 +50,7 @@ class PluginHooks:
         return result
 
     async def _first(self, hook: str, **kwargs: Any) -> types.CallToolResult | None:
-        for impl in reversed(getattr(self.pm.hook, hook).get_hookimpls()):  # pluggy's firstresult order
+        for impl in getattr(self.pm.hook, hook).get_hookimpls():  # plugin order, as the before-hooks
             result = await self._one(impl, hook, **kwargs)
             if result is not None:
                 return result

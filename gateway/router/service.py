@@ -89,7 +89,11 @@ def load_router_embedder(settings: Settings, pm: PluginManager | None) -> Embedd
     and its query-first lock orders all their work.
     """
     if pm is not None:
-        provided = pm.hook.gateway_embedder(settings=settings)
+        # The first plugin in plugin order that answers wins, as with every other hook (pluggy's own
+        # `firstresult` call would ask the last registered first).
+        impls = pm.hook.gateway_embedder.get_hookimpls()
+        answers = (impl.function(**{name: settings for name in impl.argnames}) for impl in impls)
+        provided = next((answer for answer in answers if answer is not None), None)
         if provided is not None:
             if not isinstance(provided, Embedder):
                 raise TypeError(f"gateway_embedder returned {type(provided).__name__}, which is not an Embedder")
