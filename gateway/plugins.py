@@ -41,6 +41,7 @@ __all__ = [
     "PluginInfo",
     "PluginManager",
     "get_plugin_manager",
+    "plugin_of_module",
     "plugin_directories",
     "plugin_directory",
     "plugin_failure",
@@ -112,6 +113,20 @@ class PluginManager(pluggy.PluginManager):
             self.infos[index] = info
         logger.error("%s", info.describe())
         return info
+
+
+def plugin_of_module(pm: pluggy.PluginManager) -> Callable[[str], str | None]:
+    """A function naming the plugin a module belongs to (`mcp_gateway_local_plugins.x.tools` -> `x`)."""
+    roots = {plugin.__name__: name for name, plugin in pm.list_name_plugin() if isinstance(plugin, ModuleType)}
+
+    def plugin_of(module: str) -> str | None:
+        while module:
+            if module in roots:
+                return roots[module]
+            module = module.rpartition(".")[0]
+        return None
+
+    return plugin_of
 
 
 def plugin_directories(settings: Settings, extra: Iterable[Path] = ()) -> list[Path]:

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import difflib
 import logging
+import os
 import re
+import sys
 from collections.abc import Collection, Sequence
+from dataclasses import replace
 from typing import Any
 
 from mcp import StdioServerParameters
@@ -159,7 +162,7 @@ def check_plugin_sections(config: GatewayConfig, known: Sequence[str]) -> None:
 
 
 def specs_from_plugins(
-    pm: PluginManager, settings: Settings, config: GatewayConfig | None = None
+    pm: PluginManager, settings: Settings, config: GatewayConfig | None = None, *, hosting: bool = False
 ) -> list[UpstreamSpec]:
     """Ask every plugin for its servers, through `gateway_register_servers`, with its own settings.
 
@@ -168,6 +171,9 @@ def specs_from_plugins(
     server of its name, so that `check`, `servers`, the console and `/readyz` show it. So does
     a plugin that failed to load. Bad `plugins.<name>` settings are the config's fault and raise
     `ConfigError` (naming file, line and key), as every other config mistake does.
+
+    A plugin with `isolation: process` gets stdio specs that run its servers in a child
+    (`gateway.plugin_host`); `hosting` is that child's own call, which serves them in process.
     """
     specs: list[UpstreamSpec] = []
     owners: dict[str, str] = {}
@@ -226,8 +232,27 @@ def specs_from_plugins(
             continue
         for spec in own:
             owners[spec.id] = plugin_name
-        specs.extend(own)
+        isolated = options.isolation == "process" and not hosting
+        specs.extend(_in_child_process(spec, plugin_name, settings) if isolated else spec for spec in own)
     return specs + failed_plugin_specs(pm, {*owners, *(config.servers if config is not None else ())})
+
+
+def _in_child_process(spec: UpstreamSpec, plugin: str, settings: Settings) -> UpstreamSpec:
+    """`spec` served by `python -m gateway.plugin_host` over stdio: the same plugin, settings and server."""
+    env = dict(os.environ) | {
+        "GATEWAY_DATA_DIR": str(settings.data_dir),
+        "GATEWAY_PLUGINS__ENTRY_POINTS": "true" if settings.plugins.entry_points else "false",
+    }
+    if settings.plugins.directory is not None:
+        env["GATEWAY_PLUGINS__DIRECTORY"] = str(settings.plugins.directory)
+    config = os.path.abspath(settings.config.expanduser())
+    target = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "gateway.plugin_host", "--config", config, "--plugin", plugin, "--server", spec.id],
+        env=env,
+        cwd=os.path.dirname(config),
+    )
+    return replace(spec, transport="stdio", target=target, stderr_level=logging.WARNING)
 
 
 def failed_plugin_specs(pm: PluginManager, taken: Collection[str]) -> list[UpstreamSpec]:

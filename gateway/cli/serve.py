@@ -21,8 +21,9 @@ from gateway.config.loader import ConfigError, GatewayConfig
 from gateway.config.security import AuthConfig
 from gateway.config.settings import Settings
 from gateway.malloc import fix_mmap_threshold
+from gateway.observability.loop_watchdog import LoopWatchdog, Stall
 from gateway.observability.tracing import Tracing, TracingUnavailable, start_tracing
-from gateway.plugins import PluginManager
+from gateway.plugins import PluginManager, plugin_of_module
 from gateway.records.redaction import Redactor
 from gateway.records.service import Records, open_store
 from gateway.registry import Registry
@@ -169,6 +170,8 @@ async def _serve(
                 registry, settings, router, auth=config.auth, security=config.security, records=records
             )
             gateway.config, gateway.vetter = config, vetter  # for the operator console (`/admin`)
+            if settings.loop_stall_threshold > 0:
+                registry.task_group.start_soon(_loop_watchdog(pm, registry, settings).watch, name="loop watchdog")
             plugin_names = [info.name for info in pm.infos]  # a failed plugin's section stays valid
             reloader = Reloader(
                 registry, settings, pm, config, vetter, plugin_names=plugin_names, settings_source=settings_source
@@ -209,3 +212,13 @@ def _records(settings: Settings, registry: Registry) -> Records | None:
     registry.record_calls(records.recorder)
     registry.metrics.watch_records_dropped(lambda: records.writer.dropped)
     return records
+
+
+def _loop_watchdog(pm: PluginManager, registry: Registry, settings: Settings) -> LoopWatchdog:
+    """The event-loop watchdog: a stall is logged naming the plugin code that held the loop, and counted."""
+
+    def report(stall: Stall) -> None:
+        logger.warning("event loop held for %.1f s by %s; every client waits", stall.seconds, stall.describe())
+        registry.metrics.loop_stalls.labels(stall.plugin or "-").inc()
+
+    return LoopWatchdog(plugin_of_module(pm), report, threshold=settings.loop_stall_threshold)

@@ -7,6 +7,8 @@ override what the plugin passed to `register(...)`.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["PluginOptions"]
@@ -24,3 +26,10 @@ class PluginOptions(BaseModel):
         default_factory=dict, description="Per-tool timeouts, by glob on the server's own tool names."
     )
     max_concurrent_calls: int | None = Field(default=None, ge=1, description="Most calls in flight at once.")
+    isolation: Literal["none", "process"] = Field(
+        default="none",
+        description=(
+            "`process`: serve the plugin's servers from a child process of their own (`gateway.plugin_host`), "
+            "so a tool that blocks holds that process, not the gateway's event loop, and its timeout fires."
+        ),
+    )

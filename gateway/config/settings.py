@@ -404,6 +404,15 @@ class Settings(BaseSettings):
     call_timeout: float = Field(
         default=60.0, gt=0, description="Default seconds per proxied request, unless a server sets `timeout`."
     )
+    loop_stall_threshold: float = Field(
+        default=0.5,
+        ge=0,
+        le=60,
+        description=(
+            "Seconds the event loop may be held (by a plugin tool that blocks) before the watchdog logs who "
+            "holds it and counts it in the metrics; 0: no watchdog."
+        ),
+    )
     list_wait: float = Field(
         default=5.0,
         ge=0,

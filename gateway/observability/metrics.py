@@ -94,6 +94,13 @@ class GatewayMetrics:
             buckets=SEARCH_BUCKETS,
             registry=r,
         )
+        self.loop_stalls = Counter(
+            "mcp_gateway_event_loop_stalls",
+            "Times the event loop was held past GATEWAY_LOOP_STALL_THRESHOLD, by the plugin whose code held it "
+            "(`-`: no plugin code on the stack).",
+            ["plugin"],
+            registry=r,
+        )
         self._call_children: dict[tuple[str, str, str], Counter] = {}
         self._server_children: dict[str, tuple[Gauge, Histogram]] = {}
         self._error_codes: dict[str, set[str]] = {}
