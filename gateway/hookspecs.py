@@ -73,7 +73,8 @@ def gateway_register_servers(register: RegisterServer, settings: Settings, confi
     and other gateway-wide settings. `config` is this plugin's own `plugins.<name>:`
     section of the YAML file, validated against the pydantic model the plugin module
     declares as `Config` (None when it declares none). An implementation may leave
-    out any argument it does not use.
+    out any argument it does not use. An exception here fails this plugin alone (none of
+    its servers are served; it is reported with the line that raised); the others serve.
     """
 
 
