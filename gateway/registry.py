@@ -107,6 +107,7 @@ class Registry:
         """The plugin manager, for hooks other parts call (e.g. the router's `gateway_enrich_tool`)."""
         resilience = settings.resilience
         self.metrics = GatewayMetrics()
+        self.metrics.identify(settings.replica_id)
         """This gateway's Prometheus metrics (`GET /metrics` on HTTP): its own registry, not the global one."""
         self.metrics.watch_upstreams(self._upstream_figures, get_args(ServerState), get_args(BreakerState))
         self.breakers = CircuitBreakers(resilience.breaker_failures, resilience.breaker_reset_seconds)

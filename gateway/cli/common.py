@@ -19,9 +19,9 @@ from gateway.plugins import PluginManager, get_plugin_manager
 from gateway.records.service import SQLITE_FILE, open_store
 from gateway.records.store import RecordStore
 from gateway.registry import Registry
-from gateway.security.integrity import IntegrityStore
 from gateway.security.vetting import ToolVetter
 from gateway.server_specs import check_plugin_sections, specs_from_config, specs_from_plugins
+from gateway.state.deployment import fingerprint_store
 
 __all__ = [
     "EXIT_CONFIG",
@@ -84,7 +84,7 @@ def configure_logging(settings: Settings) -> None:
     `GATEWAY_LOG_FORMAT=json`, one JSON object per line (`gateway.observability.logs`)."""
     handler = logging.StreamHandler(sys.stderr)
     if settings.log_format == "json":
-        handler.setFormatter(JsonFormatter())
+        handler.setFormatter(JsonFormatter(settings.replica_id))
         logging.captureWarnings(True)  # a Python warning is a log line too, not a line of plain text
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -100,7 +100,8 @@ def load(settings: Settings, *, serving: bool) -> tuple[GatewayConfig, Registry,
     specs = specs_from_plugins(pm, settings, config) + specs_from_config(config, settings)
     # Only `serve` has a client to relay sampling, elicitation and roots requests to.
     registry = Registry(specs, settings, relay_requests=serving, plugins=pm)
-    vetter = ToolVetter(IntegrityStore.in_dir(settings.data_dir), config.security)
+    store = fingerprint_store(settings.database_url, settings.data_dir, settings.replica_id)
+    vetter = ToolVetter(store, config.security)
     registry.listing_filter = vetter.vet
     registry.withheld = vetter.withheld
     return config, registry, pm, vetter

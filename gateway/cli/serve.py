@@ -32,7 +32,9 @@ from gateway.security.auth import Authenticator
 from gateway.security.vetting import ToolVetter
 from gateway.serving.http import bind_socket, serve_http
 from gateway.serving.reload import Reloader, watch_config
+from gateway.serving.replication import follow
 from gateway.serving.server import GatewayServer, serve_stdio
+from gateway.state.deployment import SharedState
 
 logger = logging.getLogger("gateway")
 
@@ -77,7 +79,7 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
 def _start_tracing(settings: Settings, registry: Registry) -> Tracing | None:
     """Tracing (`GATEWAY_TRACING__ENABLED`) and the call layer that tells traces and JSON logs what a call is."""
     try:
-        tracing = start_tracing(settings.tracing)
+        tracing = start_tracing(settings.tracing, instance_id=settings.replica_id)
     except TracingUnavailable as exc:
         raise Usage(str(exc)) from None
     if tracing is not None or settings.log_format == "json":
@@ -172,6 +174,9 @@ async def _serve(
             gateway.config, gateway.vetter = config, vetter  # for the operator console (`/admin`)
             if settings.loop_stall_threshold > 0:
                 registry.task_group.start_soon(_loop_watchdog(pm, registry, settings).watch, name="loop watchdog")
+            gateway.shared = _shared_state(settings)
+            if gateway.shared is not None:  # replicas: apply the deployment's disables before serving
+                await registry.task_group.start(follow, gateway, gateway.shared, name="shared state")
             plugin_names = [info.name for info in pm.infos]  # a failed plugin's section stays valid
             reloader = Reloader(
                 registry, settings, pm, config, vetter, plugin_names=plugin_names, settings_source=settings_source
@@ -190,6 +195,8 @@ async def _serve(
                     await serve_http(gateway, settings, sock, stop=stop, ready=announce)
             finally:
                 remove_runtime(settings)
+                if gateway.shared is not None:
+                    gateway.shared.close()
                 watch_stop.set()  # before the watch is cancelled: its thread returns within a step
         tg.cancel_scope.cancel()
     return EXIT_OK
@@ -202,6 +209,14 @@ def _url_host(host: str) -> str:
     if host == "::":
         return "[::1]"
     return f"[{host}]" if ":" in host else host
+
+
+def _shared_state(settings: Settings) -> SharedState | None:
+    """The deployment's shared state when a PostgreSQL database is configured (`gateway.state`)."""
+    url = settings.database_url
+    if not url or not url.startswith(("postgresql://", "postgres://")):
+        return None
+    return SharedState.connect(url, settings.replica_id, settings.state_resync_seconds)
 
 
 def _records(settings: Settings, registry: Registry) -> Records | None:

@@ -17,7 +17,7 @@ from gateway.errors import GatewayError, error_result
 from gateway.plugins import PluginManager
 from gateway.registry import Registry
 from gateway.router.service import RouterService, build_router
-from gateway.security.integrity import IntegrityStore
+from gateway.state.deployment import fingerprint_store
 
 __all__ = ["add_parsers", "run_call", "run_search", "run_tools"]
 
@@ -65,8 +65,8 @@ def _approve(settings: Settings, name: str | None, key: str | None) -> int:
     """`tools approve NAME`: trust a tool's current definition (a change, or a quarantined description).
 
     Through the running gateway's admin API when one serves HTTP (it is callable at once, and the
-    approval is audited), else in the data dir's integrity store (a running gateway notices it
-    within seconds)."""
+    approval is audited), else in the deployment's store, the shared database or the data dir (a running
+    gateway notices it within seconds)."""
     runtime = running_gateway(settings)
     if name and runtime is not None and runtime.url is not None:
         try:
@@ -77,7 +77,7 @@ def _approve(settings: Settings, name: str | None, key: str | None) -> int:
         for approved in answer.get("approved", []):
             print(f"approved {approved} on the gateway at {runtime.url}")
         return EXIT_OK
-    store = IntegrityStore.in_dir(settings.data_dir)
+    store = fingerprint_store(settings.database_url, settings.data_dir, f"cli-{settings.replica_id}")
     if not name:
         pending = ", ".join(t.exposed for t in store.pending()) or "none"
         raise Usage(f"tools approve needs a tool name (prefix__tool or server/tool); changed tools: {pending}")

@@ -8,6 +8,7 @@ change ports, paths or limits per deployment without touching the shared YAML.
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import Literal
 
@@ -27,6 +28,7 @@ __all__ = [
     "Settings",
     "TracingSettings",
     "default_data_dir",
+    "default_replica_id",
 ]
 
 
@@ -34,6 +36,11 @@ def default_data_dir() -> Path:
     """`$XDG_DATA_HOME/mcp-gateway`, or `~/.local/share/mcp-gateway`."""
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "mcp-gateway"
+
+
+def default_replica_id() -> str:
+    """`<host name>-<process id>`: unique among the processes of a deployment (a pod's host name is its name)."""
+    return f"{socket.gethostname()}-{os.getpid()}"
 
 
 class HttpSettings(BaseModel):
@@ -391,6 +398,24 @@ class Settings(BaseSettings):
         description=(
             "Where records (and, for PostgreSQL, the embedding cache) live: a `postgresql://` URL, "
             "or unset for SQLite files in the data dir."
+        ),
+    )
+    replica_id: str = Field(
+        default_factory=default_replica_id,
+        min_length=1,
+        max_length=200,
+        description=(
+            "This process's name among the replicas of a deployment: in records, audit rows, metrics, traces "
+            "(`service.instance.id`), JSON logs and the console. Default `<host name>-<process id>`."
+        ),
+    )
+    state_resync_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=3600,
+        description=(
+            "With a database: how often a replica re-reads the shared state's revisions, in case it missed a "
+            "change notification (changes arrive by LISTEN/NOTIFY within milliseconds otherwise)."
         ),
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"

@@ -3,8 +3,8 @@ without parsing text, joined to traces by their ids.
 
 Each object has `timestamp` (UTC, ISO 8601 with milliseconds), `level`, `logger`, `message`,
 and where known `trace_id`, `span_id` (the current OpenTelemetry span: tracing on, or a client's
-trace context attached), `server` and `tool` (the tool call being made, `call_context`), and
-`exception` (the formatted traceback).
+trace context attached), `replica` (`GATEWAY_REPLICA_ID`), `server` and `tool` (the tool call
+being made, `call_context`), and `exception` (the formatted traceback).
 """
 
 from __future__ import annotations
@@ -41,6 +41,11 @@ def current_call() -> tuple[str, str] | None:
 class JsonFormatter(logging.Formatter):
     """One JSON object per record; see the module's docstring for the fields."""
 
+    def __init__(self, replica: str | None = None) -> None:
+        super().__init__()
+        self.replica = replica
+        """The replica id (`GATEWAY_REPLICA_ID`) on every line, when given."""
+
     def format(self, record: logging.LogRecord) -> str:
         at = datetime.datetime.fromtimestamp(record.created, tz=datetime.UTC)
         line: dict[str, object] = {
@@ -49,6 +54,8 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        if self.replica is not None:
+            line["replica"] = self.replica
         ids = current_ids()
         if ids is not None:
             line["trace_id"], line["span_id"] = ids

@@ -86,6 +86,12 @@ class GatewayMetrics:
             buckets=CALL_BUCKETS,
             registry=r,
         )
+        self.replica = Gauge(
+            "mcp_gateway_replica",
+            "This process's replica id (GATEWAY_REPLICA_ID) as the label `replica`; the value is always 1.",
+            ["replica"],
+            registry=r,
+        )
         self.in_flight = Gauge("mcp_gateway_tool_calls_in_flight", "Tool calls running now.", ["server"], registry=r)
         self.searches = Counter("mcp_gateway_searches", "Tool searches, by outcome.", ["status"], registry=r)
         self.search_latency = Histogram(
@@ -106,6 +112,11 @@ class GatewayMetrics:
         self._error_codes: dict[str, set[str]] = {}
         self._state = _StateCollector()
         r.register(self._state)
+
+    def identify(self, replica: str) -> None:
+        """Name this process among the replicas (`mcp_gateway_replica{replica=...} 1`); once, at start."""
+        self.replica.clear()
+        self.replica.labels(replica).set(1)
 
     # ---- what is read at scrape time ------------------------------------------------
 

@@ -101,7 +101,9 @@ def enabled() -> bool:
     return _tracer is not None
 
 
-def start_tracing(settings: TracingSettings, *, processor: Any = None) -> Tracing | None:
+def start_tracing(
+    settings: TracingSettings, *, processor: Any = None, instance_id: str | None = None
+) -> Tracing | None:
     """Install the process's tracer provider when `settings.enabled`; None when tracing is off.
 
     The exporter follows `OTEL_TRACES_EXPORTER` (`otlp`, the default; `console`, on stderr; `none`) and, for
@@ -125,6 +127,8 @@ def start_tracing(settings: TracingSettings, *, processor: Any = None) -> Tracin
         ) from None
     version = installed_version() or "0"
     attributes: dict[str, Any] = {"service.version": version}
+    if instance_id is not None:  # the replica (`GATEWAY_REPLICA_ID`), to tell the spans of replicas apart
+        attributes["service.instance.id"] = instance_id
     if not os.environ.get("OTEL_SERVICE_NAME"):
         attributes["service.name"] = "mcp-gateway"
     provider = TracerProvider(resource=Resource.create(attributes))

@@ -55,8 +55,9 @@ def write_audit(store: RecordStore, row: AuditRow) -> None:
     """Record one action (synchronous: call it from a worker thread)."""
     details = json.dumps(row.details, ensure_ascii=False, sort_keys=True) if row.details else None
     store.run(
-        "INSERT INTO audit (id, at, principal, action, target, outcome, details) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (row.id, row.at, row.principal, row.action, row.target, row.outcome, details),
+        "INSERT INTO audit (id, at, principal, action, target, outcome, details, replica) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (row.id, row.at, row.principal, row.action, row.target, row.outcome, details, store.replica),
     )
 
 
@@ -65,7 +66,8 @@ def audit_rows(store: RecordStore, limit: int = 100) -> list[dict[str, Any]]:
     if not 1 <= limit <= MAX_AUDIT:
         raise ValueError(f"limit must be from 1 to {MAX_AUDIT}; got {limit}")
     names, rows = store.read(
-        f"SELECT id, at, principal, action, target, outcome, details FROM audit ORDER BY at DESC LIMIT {int(limit)}"
+        "SELECT id, at, principal, action, target, outcome, details, replica FROM audit "
+        f"ORDER BY at DESC LIMIT {int(limit)}"
     )
     found = [dict(zip(names, row, strict=True)) for row in rows]
     for entry in found:

@@ -2,7 +2,10 @@
 
 The token is the execution id the result carried in `_meta["mcp-gateway/feedback_token"]`.
 A client may rate a result milliseconds after getting it, before the writer flushed
-it: a token not found yet makes the writer flush, and the lookup is made again.
+it: a token not found yet makes the writer flush, and the lookup is made again. Behind a load
+balancer the call may have been made by another replica: the replicas are asked to flush
+(`Records.ask_peers_to_flush`) and the lookup is repeated until the call's replica has written it
+(within `PEER_WAIT` seconds past its flush interval, which it writes at the latest anyway).
 Feedback itself is written through, not buffered: the caller learns whether it was
 kept. A caller can rate only executions of tools it may see (`gateway.security.scopes`); any
 other token is as unknown as a made-up one.
@@ -43,6 +46,9 @@ __all__ = [
 ]
 
 MAX_COMMENT_CHARS = 2000
+PEER_WAIT = 2.0
+"""Seconds, beyond `records.flush_interval`, that feedback waits for another replica to write its call."""
+PEER_POLL = 0.05
 _TOKEN = re.compile(r"^[0-9a-f]{32}$")
 _FIELDS = ("token", "rating", "score", "comment")
 
@@ -121,6 +127,8 @@ async def submit_feedback(
         if found is None and records.writer.pending:
             await records.flush()
             found = await anyio.to_thread.run_sync(store.execution, feedback.token)
+        if found is None and records.ask_peers_to_flush is not None:
+            found = await _from_peers(records, feedback.token)
         if found is None or not may_see(found):
             raise FeedbackError(
                 f"Unknown feedback token {feedback.token!r}: it is not the token of a recorded result "
@@ -181,3 +189,14 @@ async def feedback_endpoint(records: Records | None, request: Request) -> Respon
     except FeedbackError as error:
         return JSONResponse({"error": error.message}, status_code=error.status)
     return JSONResponse({"recorded": True, "token": execution.id, "tool": execution.tool})
+
+
+async def _from_peers(records: Records, token: str) -> ExecutionRef | None:
+    """Ask the other replicas to flush, then look `token` up until found or `PEER_WAIT` past a flush interval."""
+    assert records.ask_peers_to_flush is not None
+    await anyio.to_thread.run_sync(records.ask_peers_to_flush)
+    with anyio.move_on_after(records.settings.flush_interval + PEER_WAIT):
+        while (found := await anyio.to_thread.run_sync(records.store.execution, token)) is None:
+            await anyio.sleep(PEER_POLL)
+        return found
+    return None

@@ -104,4 +104,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         CREATE INDEX executions_window ON executions (at, server, status, latency_ms)
         """,
     ),
+    Migration(
+        4,
+        "the replica that made each execution and audit row (issue 31)",
+        """
+        ALTER TABLE executions ADD COLUMN replica TEXT;
+        ALTER TABLE audit ADD COLUMN replica TEXT
+        """,
+    ),
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
@@ -54,12 +54,17 @@ def open_store(settings: Settings) -> RecordStore:
     Nothing is connected yet: the first write (or read) connects and migrates.
     """
     url = settings.database_url
+    store: SqliteStore | None = None
     if not url:
-        return SqliteStore(settings.data_dir / SQLITE_FILE)
+        store = SqliteStore(settings.data_dir / SQLITE_FILE)
+        store.replica = settings.replica_id
+        return store
     if url.startswith(("postgresql://", "postgres://")):
         from gateway.records.postgres import PostgresStore  # psycopg takes 0.15 s to import: only when used
 
-        return PostgresStore(url)
+        shared = PostgresStore(url)
+        shared.replica = settings.replica_id
+        return shared
     scheme = url.split(":", 1)[0]
     raise ValueError(
         f"GATEWAY_DATABASE_URL must be a postgresql:// URL (or unset for SQLite in the data dir); got {scheme}:..."
@@ -89,6 +94,9 @@ class Records:
         self.trail = SearchTrail()
         self.recorder = CallRecorder(self.submit_execution, self.trail, self.record_refused)
         """The call-chain middleware (`Registry.record_calls`)."""
+        self.ask_peers_to_flush: Callable[[], None] | None = None
+        """Asks the other replicas to write what they hold now (synchronous, never raises; set when replicas
+        share the store): feedback may reach this replica before the one that made the call has written it."""
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Records]:

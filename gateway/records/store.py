@@ -92,6 +92,8 @@ class RecordStore(Protocol):
 
     description: str
     """Where, for messages (never a password)."""
+    replica: str | None
+    """The replica writing (`GATEWAY_REPLICA_ID`), stored with executions and audit rows."""
 
     def write(self, batch: Batch) -> None: ...
 
@@ -126,6 +128,8 @@ class SqlStore:
     """The shared SQL; a backend says how to connect, how transactions start, and what its errors are."""
 
     description = "records store"
+    replica: str | None = None
+    """This process's replica id (`GATEWAY_REPLICA_ID`), written with each execution and audit row."""
     placeholder = "?"
     errors: tuple[type[BaseException], ...] = ()
     """Exceptions that mean the database failed (the connection is dropped and made again)."""
@@ -223,9 +227,9 @@ class SqlStore:
     def write(self, batch: Batch) -> None:
         with self._using() as cursor:
             if batch.executions:
-                marks = ", ".join("?" * len(batch.executions[0]))
-                sql = f"INSERT INTO executions ({EXECUTION_COLUMNS}) VALUES ({marks})"
-                cursor.executemany(self._sql(sql), batch.executions)
+                marks = ", ".join("?" * (len(batch.executions[0]) + 1))
+                sql = f"INSERT INTO executions ({EXECUTION_COLUMNS}, replica) VALUES ({marks})"
+                cursor.executemany(self._sql(sql), [(*row, self.replica) for row in batch.executions])
             if batch.failures:
                 cursor.executemany(
                     self._sql("INSERT INTO failures VALUES (?, ?, ?, ?, ?, ?)"),

@@ -40,7 +40,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.config.security import AuthConfig
 from gateway.security.auth import Authenticator, AuthError, Principal
-from gateway.security.ratelimit import RateLimiter
+from gateway.security.ratelimit import Limiter, RateLimiter
 
 __all__ = [
     "METADATA_PATH",
@@ -112,6 +112,7 @@ class SecurityMiddleware:
         authenticator: Authenticator | None = None,
         public_paths: tuple[str, ...] = PUBLIC_PATHS,
         session_prefix: str | None = None,
+        limiter: Limiter | None = None,
     ) -> None:
         """`public_paths`: routes served without Host check or credentials (the health probes,
         and `/metrics` when `GATEWAY_HTTP__METRICS_PUBLIC` says so); `session_prefix`: routes whose
@@ -122,7 +123,8 @@ class SecurityMiddleware:
         self.auth = auth
         self.endpoint_path = endpoint_path
         self.authenticator = authenticator
-        self.limiter = RateLimiter()
+        self.limiter: Limiter = limiter if limiter is not None else RateLimiter()
+        """Per caller: this process's buckets, or the deployment's (a shared database)."""
         self.session_prefix = session_prefix
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -155,7 +157,7 @@ class SecurityMiddleware:
             scope[PRINCIPAL_KEY] = principal
             token = AccessToken(token="-", client_id=principal.name, scopes=[], claims={"iss": principal.issuer})
             scope["user"] = AuthenticatedUser(token)
-            wait = self.limiter.check(principal.name, principal.rate_limit)
+            wait = await self.limiter.admit(principal.name, principal.rate_limit)
             if wait:
                 logger.info("rate-limited %r for %d s", principal.name, wait)
                 message = f"Rate limit exceeded for {principal.name!r}: retry after {wait} s."

@@ -20,11 +20,11 @@ from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 import mcp_types as types
 
-__all__ = ["STORE_NAME", "IntegrityStore", "StoredTool", "canonical", "fingerprint"]
+__all__ = ["STORE_NAME", "FingerprintStore", "IntegrityStore", "Observation", "StoredTool", "canonical", "fingerprint"]
 
 STORE_NAME = "tool-integrity.sqlite3"
 Observation = Literal["new", "same", "changed"]
@@ -70,6 +70,25 @@ class StoredTool:
     approved: str
     pending: str | None
     trusted: str | None
+
+
+class FingerprintStore(Protocol):
+    """Where fingerprints live: `IntegrityStore` (a file in the data dir) or, with a database, the
+    deployment's shared record (`gateway.state.fingerprints.SharedIntegrityStore`)."""
+
+    def observe_all(
+        self, seen: list[tuple[str, str, str, str]], definition: Callable[[str, str], str] | None = None
+    ) -> dict[tuple[str, str], tuple[Observation, bool]]: ...
+
+    def definition(self, fingerprint_: str) -> str | None: ...
+
+    def find(self, name: str) -> list[StoredTool]: ...
+
+    def pending(self) -> list[StoredTool]: ...
+
+    def approve(self, stored: StoredTool) -> str: ...
+
+    def revision(self) -> int: ...
 
 
 class IntegrityStore:

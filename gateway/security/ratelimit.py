@@ -6,10 +6,20 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from gateway.config.security import RateLimit
 
-__all__ = ["RateLimiter", "TokenBucket"]
+__all__ = ["Limiter", "RateLimiter", "TokenBucket"]
+
+
+class Limiter(Protocol):
+    """What the HTTP guard asks: this replica's buckets (`RateLimiter`) or the deployment's
+    (`gateway.state.ratelimit.SharedRateLimiter`)."""
+
+    async def admit(self, name: str, limit: RateLimit) -> int:
+        """0 when the request may go on, else the whole seconds to wait (for `Retry-After`)."""
+        ...
 
 
 @dataclass
@@ -46,3 +56,7 @@ class RateLimiter:
             bucket = self._buckets[name] = TokenBucket(limit.burst, limit.per_minute / 60, limit.burst, now)
         wait = bucket.take(now)
         return 0 if wait == 0 else max(1, math.ceil(wait))
+
+    async def admit(self, name: str, limit: RateLimit) -> int:
+        """`check`, as the HTTP guard awaits it (a shared limiter asks the database instead)."""
+        return self.check(name, limit)

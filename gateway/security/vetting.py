@@ -27,7 +27,7 @@ from gateway.catalog import ServerListing, expose_name
 from gateway.config.security import SecurityConfig
 from gateway.errors import ToolWithheld
 from gateway.security.injection import Finding, scan, strip_findings
-from gateway.security.integrity import IntegrityStore, canonical, fingerprint
+from gateway.security.integrity import FingerprintStore, canonical, fingerprint
 
 __all__ = ["ToolReport", "ToolVetter"]
 
@@ -57,7 +57,7 @@ class ToolReport:
 class ToolVetter:
     """Applies `security.tool_changes` and `security.injection` to listings."""
 
-    def __init__(self, store: IntegrityStore, config: SecurityConfig) -> None:
+    def __init__(self, store: FingerprintStore, config: SecurityConfig) -> None:
         self.store = store
         self.config = config
         self.reports: dict[str, ToolReport] = {}

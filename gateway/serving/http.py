@@ -265,6 +265,7 @@ def build_http_app(gateway: GatewayServer, settings: Settings, *, admin: bool = 
         authenticator=authenticator,
         public_paths=public_paths,
         session_prefix=ADMIN_PREFIX if admin else None,  # the console checks its own session cookie
+        limiter=gateway.shared.limiter if gateway.shared is not None else None,  # replicas count together
     )
 
 

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from gateway.records.service import Records
     from gateway.security.vetting import ToolVetter
     from gateway.serving.reload import Reloader
+    from gateway.state.deployment import SharedState
 
 __all__ = ["GatewayServer", "serve_stdio"]
 
@@ -107,6 +108,9 @@ class GatewayServer:
         """The loaded config file, for the console (`serve` sets it; masked there before it is shown)."""
         self.vetter: ToolVetter | None = None
         """The tool vetter whose listing filter the registry runs, for the console's approvals (`serve` sets it)."""
+        self.shared: SharedState | None = None
+        """The deployment's shared state (a database is configured; `serve` sets it): disables, console
+        sessions, rate limits, shared with the other replicas (`gateway.serving.replication`)."""
         self.notifications = Notifications(registry.relay)
         self.interactions = Interactions(registry.relay, lambda: registry.task_group, lambda: self.stateless)
         self.startup = StartupWait(registry, settings)

@@ -6,9 +6,10 @@
 - API clients send `Authorization: Bearer <key>` (checked by `gateway.security.http_guard`,
   which lets `/admin` requests without the header through to be checked here).
 - A browser logs in by pasting a key (`login`): the session is a random id in an
-  HttpOnly, SameSite=Strict cookie on `/admin` (Secure over https), mapped in memory to
-  the principal until it expires (`SESSION_SECONDS`) or the user logs out. A restart ends
-  every session.
+  HttpOnly, SameSite=Strict cookie on `/admin` (Secure over https), mapped to the principal
+  until it expires (`SESSION_SECONDS`) or the user logs out: in memory (a restart ends every
+  session), or with a database in the deployment's shared table (`gateway.state.sessions`), so a
+  login on one replica holds on all and survives restarts.
 - CSRF: a state-changing request authenticated by the cookie must carry the session's token
   (form field `csrf` or header `X-CSRF-Token`). One with an `Authorization` header needs
   none: a browser never adds that header to a cross-site request without a CORS preflight,
@@ -19,6 +20,7 @@
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 import secrets
 import time
@@ -31,12 +33,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.config.security import RateLimit
+from gateway.config.security import ProfileConfig, RateLimit
 from gateway.records.audit import AuditRow, write_audit
 from gateway.records.store import RecordsError
 from gateway.security.auth import Authenticator, AuthError, Principal
 from gateway.security.http_guard import principal_in
 from gateway.serving.admin.switches import ToolSwitches
+from gateway.state.database import SharedStateError
+from gateway.state.sessions import SharedSessions, StoredSession
 
 if TYPE_CHECKING:
     from gateway.serving.server import GatewayServer
@@ -106,15 +110,22 @@ class AdminConsole:
     authenticator: Authenticator | None = None
     switches: ToolSwitches | None = None
 
+    shared: SharedSessions | None = None
+    """The deployment's sessions (a database is configured), else None: this process's only."""
+
     def __post_init__(self) -> None:
         if self.gateway.auth.enabled:
             self.authenticator = Authenticator(self.gateway.auth)
-        self.switches = ToolSwitches(self.gateway.registry)
+        shared = self.gateway.shared
+        self.switches = ToolSwitches(self.gateway.registry, shared.switches if shared is not None else None)
+        self.shared = shared.sessions if shared is not None else None
 
     def session(self, session_id: str | None) -> AdminSession | None:
         if not session_id:
             return None
         found = self.sessions.get(session_id)
+        if found is None and self.shared is not None:
+            found = self._shared_session(session_id)
         if found is None:
             return None
         if found.expires <= time.time():
@@ -128,7 +139,55 @@ class AdminConsole:
             del self.sessions[stale]
         session = AdminSession(secrets.token_urlsafe(32), principal, secrets.token_urlsafe(32), now + SESSION_SECONDS)
         self.sessions[session.id] = session
+        if self.shared is not None:
+            stored = StoredSession(_principal_json(principal), session.csrf, session.expires)
+            try:
+                self.shared.save(session.id, stored)
+            except SharedStateError as exc:
+                logger.warning("console: this session holds on this replica only: %s", exc)
         return session
+
+    def _shared_session(self, session_id: str) -> AdminSession | None:
+        """A session another replica opened (one indexed read), cached here until it ends."""
+        assert self.shared is not None
+        try:
+            stored = self.shared.load(session_id)
+        except SharedStateError as exc:
+            logger.warning("console: could not look a session up: %s", exc)
+            return None
+        if stored is None:
+            return None
+        session = AdminSession(session_id, _principal_from(stored.principal), stored.csrf, stored.expires)
+        self.sessions[session_id] = session
+        return session
+
+    async def forget_ended(self) -> None:
+        """Drop cached sessions another replica ended (a logout notification)."""
+        if self.shared is None or not self.sessions:
+            return
+        live = await anyio.to_thread.run_sync(self.shared.live, list(self.sessions))
+        for ended in set(self.sessions) - live:
+            self.sessions.pop(ended, None)
+
+
+def _principal_json(principal: Principal) -> str:
+    return json.dumps(
+        {
+            "name": principal.name,
+            "profile": principal.profile.model_dump() if principal.profile is not None else None,
+            "rate_limit": principal.rate_limit.model_dump(),
+            "issuer": principal.issuer,
+            "admin": principal.admin,
+        }
+    )
+
+
+def _principal_from(text: str) -> Principal:
+    data = json.loads(text)
+    profile = ProfileConfig.model_validate(data["profile"]) if data["profile"] is not None else None
+    return Principal(
+        data["name"], profile, RateLimit.model_validate(data["rate_limit"]), data["issuer"], admin=data["admin"]
+    )
 
 
 _consoles: weakref.WeakKeyDictionary[Any, AdminConsole] = weakref.WeakKeyDictionary()
@@ -250,6 +309,8 @@ async def logout(request: Request, response: Response) -> None:
     session = console.session(request.cookies.get(SESSION_COOKIE))
     if session is not None:
         console.sessions.pop(session.id, None)
+        if console.shared is not None:
+            await anyio.to_thread.run_sync(console.shared.delete, session.id)
         await audit(console.gateway, session.principal, "logout", None, "ok")
     response.delete_cookie(
         SESSION_COOKIE, path=ADMIN_PREFIX, secure=request.url.scheme == "https", httponly=True, samesite="strict"

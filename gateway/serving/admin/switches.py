@@ -4,7 +4,9 @@ It works as vetting does, after it: `ToolSwitches.install` wraps the registry's 
 (the disabled tools are dropped from the vetted listings, so they are neither listed, nor
 indexed by the router, nor callable for anyone) and its `withheld` error (a call of a
 disabled tool gets `tool_withheld` saying an operator disabled it, not "no tool by that
-name"). Disables live in memory: a restart serves every tool again.
+name"). Without a database, disables live in memory: a restart serves every tool again. With one
+(`shared`), they are the deployment's (`gateway.state.switches`): every replica applies them
+(`refresh`, on a change notification), and they hold until an operator enables the tool.
 """
 
 from __future__ import annotations
@@ -12,9 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+import anyio
+
 from gateway.catalog import ServerListing, expose_name
 from gateway.errors import GatewayError, ToolWithheld
 from gateway.registry import Registry
+from gateway.state.switches import SharedSwitches
 
 __all__ = ["ToolSwitches"]
 
@@ -24,8 +29,9 @@ ListingFilter = Callable[[Sequence[ServerListing]], list[ServerListing]]
 class ToolSwitches:
     """The exposed names an operator disabled, applied to a registry's catalog."""
 
-    def __init__(self, registry: Registry) -> None:
+    def __init__(self, registry: Registry, shared: SharedSwitches | None = None) -> None:
         self.registry = registry
+        self.shared = shared
         self.disabled: dict[str, str] = {}
         """Exposed name -> who disabled it."""
         self.hidden: dict[str, str] = {}
@@ -65,7 +71,12 @@ class ToolSwitches:
         return self._withheld(name) if self._withheld is not None else None
 
     async def set_enabled(self, name: str, enabled: bool, by: str) -> bool:
-        """Disable or enable `name` and rebuild the catalog; returns whether anything changed."""
+        """Disable or enable `name` (for every replica, with a database) and rebuild the catalog; returns
+        whether anything changed."""
+        if self.shared is not None:
+            changed = await anyio.to_thread.run_sync(self.shared.set_enabled, "tools", name, enabled, by)
+            await self.refresh()
+            return changed
         if enabled == (name not in self.disabled):
             return False
         if enabled:
@@ -74,3 +85,12 @@ class ToolSwitches:
             self.disabled[name] = by
         await self.registry.revet()
         return True
+
+    async def refresh(self) -> None:
+        """Take the deployment's disables (another replica changed them), rebuilding the catalog if they moved."""
+        if self.shared is None:
+            return
+        now = await anyio.to_thread.run_sync(self.shared.disabled, "tools")
+        if now != self.disabled:
+            self.disabled = now
+            await self.registry.revet()

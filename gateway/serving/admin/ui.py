@@ -108,6 +108,7 @@ def _render(request: Request, principal: Principal | None, name: str, status: in
     flash, kind = _flashes.pop(request.cookies.get(access.SESSION_COOKIE) or "", ("", "ok"))
     context.setdefault("flash", flash)
     context.setdefault("flash_kind", kind)
+    context.setdefault("replica", access.console_of(request).gateway.settings.replica_id)
     return templates.TemplateResponse(
         request, name, {"principal": principal, "csrf": csrf, **context}, status_code=status
     )

@@ -207,7 +207,12 @@ async def set_server_enabled(gateway: GatewayServer, server_id: str, enabled: bo
     """Disable (stop, and keep stopped) or enable (start) one server."""
     if server_id not in gateway.registry.upstreams:
         raise _not_found("server", server_id, list(gateway.registry.upstreams))
-    action = gateway.registry.set_server_enabled
+
+    async def action(server_id: str, enabled: bool) -> None:
+        await gateway.registry.set_server_enabled(server_id, enabled)
+        if gateway.shared is not None:  # every replica follows (`gateway.serving.replication`)
+            await anyio.to_thread.run_sync(gateway.shared.switches.set_enabled, "servers", server_id, enabled, by.name)
+
     await _audited(gateway, by, "enable" if enabled else "disable", server_id, action, server_id, enabled)
     return {"server": server_id, "enabled": enabled}
 

@@ -1,0 +1,148 @@
+"""Tool fingerprints and approvals in the shared database: one record for every replica.
+
+The same rules as `gateway.security.integrity.IntegrityStore` (the first fingerprint seen is
+approved, a different one later is pending until a person approves it), kept in the
+deployment's database, so that a replica started with an empty data dir compares an
+upstream's current definition with the deployment's record, never with nothing. Observations
+are serialized between replicas by an advisory lock, so two replicas that see a new tool at once
+agree on its first fingerprint. When the database cannot be reached, the last rows read stand
+in, and a tool they do not know is treated as changed (withheld under `tool_changes: block`):
+an outage never lets an unapproved definition through.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from gateway.security.integrity import Observation, StoredTool
+from gateway.state.database import SharedDatabase, SharedStateError
+
+__all__ = ["SharedIntegrityStore"]
+
+logger = logging.getLogger(__name__)
+
+_OBSERVE_LOCK = 0x6D636670  # "mcfp"
+_COLUMNS = "server, tool, exposed, approved, pending, trusted"
+
+
+class SharedIntegrityStore:
+    """`IntegrityStore`'s interface over the shared database (see the module's docstring)."""
+
+    def __init__(self, database: SharedDatabase) -> None:
+        self.database = database
+        self.description = database.description
+        self._known: dict[tuple[str, str], tuple[str, str | None]] = {}
+        """(server, tool) -> (approved, trusted), as last read: what stands in during an outage."""
+        self._revision = 0
+
+    def observe(self, server: str, tool: str, exposed: str, seen: str) -> Observation:
+        return self.observe_all([(server, tool, exposed, seen)])[(server, tool)][0]
+
+    def observe_all(
+        self, seen: list[tuple[str, str, str, str]], definition: Callable[[str, str], str] | None = None
+    ) -> dict[tuple[str, str], tuple[Observation, bool]]:
+        try:
+            return self._observe_all(seen, definition)
+        except SharedStateError as error:
+            logger.warning("tool vetting from the last rows read (%d tools): %s", len(self._known), error)
+            result: dict[tuple[str, str], tuple[Observation, bool]] = {}
+            for server, tool, _, fingerprint in seen:
+                approved, trusted = self._known.get((server, tool), ("", None))
+                result[(server, tool)] = ("same" if approved == fingerprint else "changed", trusted == fingerprint)
+            return result
+
+    def _observe_all(
+        self, seen: list[tuple[str, str, str, str]], definition: Callable[[str, str], str] | None
+    ) -> dict[tuple[str, str], tuple[Observation, bool]]:
+        now = time.time()
+        result: dict[tuple[str, str], tuple[Observation, bool]] = {}
+        servers = sorted({server for server, *_ in seen})
+        with self.database.transaction() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", (_OBSERVE_LOCK,))
+            cursor.execute(f"SELECT {_COLUMNS} FROM tool_fingerprints WHERE server = ANY(%s)", (servers,))
+            stored = {(row[0], row[1]): row[2:] for row in cursor.fetchall()}
+            inserts, updates = [], []
+            for server, tool, exposed, fingerprint in seen:
+                row = stored.get((server, tool))
+                if row is None:
+                    inserts.append((server, tool, exposed, fingerprint, now))
+                    result[(server, tool)] = ("new", False)
+                    self._known[(server, tool)] = (fingerprint, None)
+                    continue
+                old_exposed, approved, pending, trusted = row
+                state: Observation = "same" if approved == fingerprint else "changed"
+                new_pending = None if state == "same" else fingerprint
+                if (old_exposed, pending) != (exposed, new_pending):
+                    updates.append((exposed, new_pending, now, server, tool))
+                result[(server, tool)] = (state, trusted == fingerprint)
+                self._known[(server, tool)] = (approved, trusted)
+            if inserts:
+                cursor.executemany(
+                    "INSERT INTO tool_fingerprints (server, tool, exposed, approved, first_seen) "
+                    "VALUES (%s, %s, %s, %s, %s)",
+                    inserts,
+                )
+            if updates:
+                cursor.executemany(
+                    "UPDATE tool_fingerprints SET exposed = %s, pending = %s, changed_at = %s "
+                    "WHERE server = %s AND tool = %s",
+                    updates,
+                )
+            if definition is not None:
+                written = [(row[3], definition(row[0], row[1])) for row in inserts]
+                written += [(row[1], definition(row[3], row[4])) for row in updates if row[1] is not None]
+                if written:
+                    cursor.executemany(
+                        "INSERT INTO tool_definitions VALUES (%s, %s) ON CONFLICT (fingerprint) DO NOTHING", written
+                    )
+        return result
+
+    def definition(self, fingerprint_: str) -> str | None:
+        rows = self.database.rows("SELECT definition FROM tool_definitions WHERE fingerprint = %s", (fingerprint_,))
+        return str(rows[0][0]) if rows else None
+
+    def is_trusted(self, server: str, tool: str, seen: str) -> bool:
+        rows = self.database.rows(
+            "SELECT trusted FROM tool_fingerprints WHERE server = %s AND tool = %s", (server, tool)
+        )
+        return bool(rows) and rows[0][0] == seen
+
+    def find(self, name: str) -> list[StoredTool]:
+        server, slash, tool = name.partition("/")
+        query = f"SELECT {_COLUMNS} FROM tool_fingerprints WHERE "
+        if slash:
+            rows = self.database.rows(query + "server = %s AND tool = %s", (server, tool))
+        else:
+            rows = self.database.rows(query + "exposed = %s", (name,))
+        return [StoredTool(*row) for row in rows]
+
+    def pending(self) -> list[StoredTool]:
+        rows = self.database.rows(
+            f"SELECT {_COLUMNS} FROM tool_fingerprints WHERE pending IS NOT NULL ORDER BY server, tool"
+        )
+        return [StoredTool(*row) for row in rows]
+
+    def approve(self, stored: StoredTool) -> str:
+        """Approve a tool's current definition, and tell every replica (they re-vet within a second)."""
+        current = stored.pending or stored.approved
+        with self.database.transaction() as cursor:
+            cursor.execute(
+                "UPDATE tool_fingerprints SET approved = %s, pending = NULL, trusted = %s "
+                "WHERE server = %s AND tool = %s",
+                (current, current, stored.server, stored.tool),
+            )
+            self.database.changed(cursor, "approvals")
+        self._known[(stored.server, stored.tool)] = (current, current)
+        return current
+
+    def revision(self) -> int:
+        """Grows with every approval by any replica or `mcp-gateway tools approve`."""
+        try:
+            rows = self.database.rows("SELECT revision FROM state_revisions WHERE topic = 'approvals'")
+        except SharedStateError as error:
+            logger.warning("could not read the approvals' revision: %s", error)
+            return self._revision
+        self._revision = int(rows[0][0]) if rows else 0
+        return self._revision

@@ -1,0 +1,123 @@
+"""Debian's nginx as a round-robin load balancer on 127.0.0.1, in front of gateway replicas.
+
+`scripts/test` installs nginx (apt_install). `start_balancer(ports, home)` writes a config that
+sends each request to the next replica (round robin, no affinity, keep-alive off so every request
+is balanced on its own), starts nginx in the foreground as a child process and waits until it
+answers; `stop_balancer` stops it. Use from a test module with `pytest_plugins = ["tests.load_balancer"]`
+or by importing the functions.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import subprocess
+import textwrap
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Balancer", "start_balancer", "stop_balancer"]
+
+START_TIMEOUT = 20.0
+
+
+@dataclass
+class Balancer:
+    process: subprocess.Popen[bytes]
+    port: int
+    home: Path
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log(self) -> str:
+        path = self.home / "error.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+
+def _nginx() -> str:
+    found = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+    if found is None:
+        raise RuntimeError("these tests need Debian's nginx (scripts/test installs it: apt-get install nginx)")
+    return found
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def start_balancer(ports: list[int], home: Path) -> Balancer:
+    """nginx on a free port of 127.0.0.1, round robin over `ports` (HTTP/1.1, responses streamed)."""
+    home.mkdir(parents=True, exist_ok=True)
+    port = _free_port()
+    servers = "\n".join(f"        server 127.0.0.1:{p} max_fails=0;" for p in ports)
+    (home / "nginx.conf").write_text(
+        textwrap.dedent(
+            f"""
+            daemon off;
+            worker_processes 1;
+            pid {home}/nginx.pid;
+            error_log {home}/error.log warn;
+            events {{ worker_connections 256; }}
+            http {{
+                access_log off;
+                client_body_temp_path {home}/body;
+                proxy_temp_path {home}/proxy;
+                fastcgi_temp_path {home}/fastcgi;
+                uwsgi_temp_path {home}/uwsgi;
+                scgi_temp_path {home}/scgi;
+                upstream replicas {{
+            {servers}
+                }}
+                server {{
+                    listen 127.0.0.1:{port};
+                    location / {{
+                        proxy_pass http://replicas;
+                        proxy_http_version 1.1;
+                        proxy_set_header Host $http_host;
+                        proxy_set_header Connection "";
+                        proxy_buffering off;
+                        proxy_read_timeout 120s;
+                        proxy_next_upstream off;
+                    }}
+                }}
+            }}
+            """
+        )
+    )
+    process = subprocess.Popen(
+        [_nginx(), "-p", str(home), "-c", str(home / "nginx.conf"), "-e", str(home / "error.log")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    balancer = Balancer(process, port, home)
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"nginx exited at start-up:\n{balancer.log[-3000:]}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return balancer
+        except OSError:
+            if time.monotonic() > deadline:
+                stop_balancer(balancer)
+                raise RuntimeError(f"nginx did not listen in {START_TIMEOUT} s:\n{balancer.log[-3000:]}") from None
+            time.sleep(0.05)
+
+
+def stop_balancer(balancer: Balancer) -> None:
+    """SIGQUIT (graceful), then SIGKILL if it lingers."""
+    if balancer.process.poll() is None:
+        balancer.process.send_signal(signal.SIGQUIT)
+        try:
+            balancer.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            balancer.process.kill()
+            balancer.process.wait(timeout=10)
