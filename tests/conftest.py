@@ -43,6 +43,7 @@ ONE_WORKER_MODULES = frozenset(
         "test_replicas",
         "test_router",  # module fixtures: routers with the whole test catalog embedded
         "test_security_http",
+        "test_shared_state",  # three replicas, nginx and a PostgreSQL database for the module
     )
 )
 """Test modules that one pytest-xdist worker runs whole: their module fixtures start once."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +22,17 @@ from gateway.calls import ToolCall, compose
 from gateway.calls.retry import Retries
 from gateway.config.settings import RecordsSettings, Settings
 from gateway.errors import ERROR_META_KEY, UpstreamUnavailable
+from gateway.records.audit import AuditRow, audit_rows, write_audit
 from gateway.records.cut import truncated_arguments
 from gateway.records.feedback import FeedbackError, parse_feedback
 from gateway.records.migrations import MIGRATIONS
 from gateway.records.model import FEEDBACK_TOKEN_META_KEY, PendingExecution
 from gateway.records.recorder import CallRecorder
-from gateway.records.redaction import Redactor
+from gateway.records.redaction import Redactor, no_mask
+from gateway.records.rows import StoredLimits, execution_rows
 from gateway.records.service import FEEDBACK_MARGIN, Records, open_store
 from gateway.records.sqlite import SqliteStore
-from gateway.records.store import RecordStore
+from gateway.records.store import Batch, RecordStore
 from gateway.records.trail import SearchTrail
 from gateway.records.writer import RecordWriter
 from gateway.registry import Registry
@@ -602,7 +605,24 @@ def test_a_records_file_from_before_tracing_gains_the_trace_id_column_and_keeps_
     store = SqliteStore(path)
     assert store.schema_version() == MIGRATIONS[-1].version
     names, rows = store.rows("executions")
-    assert names[-1] == "trace_id" and [row[0] for row in rows] == ["e1"] and rows[0][-1] is None
+    assert names[-2:] == ["trace_id", "replica"] and [row[0] for row in rows] == ["e1"]
+    assert rows[0][-2:] == (None, None)
+    store.close()
+
+
+def test_each_execution_and_audit_row_names_the_replica_that_wrote_it(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "r.sqlite3")
+    store.replica = "replica-7"
+    record = PendingExecution(
+        id="e1", at=1.0, server="s", tool="s__t", session_id=None, client_id=None, arguments={},
+        latency_ms=1.0, attempts=1, search_id=None, result=types.CallToolResult(content=[]),
+    )  # fmt: skip
+    values, failures = execution_rows(record, Redactor(()), partial(no_mask, "s"), StoredLimits(1000, 1000))
+    store.write(Batch(executions=[values], failures=failures))
+    write_audit(store, AuditRow("root", "restart", "s", "ok"))
+    names, rows = store.rows("executions")
+    assert rows[0][names.index("replica")] == "replica-7"
+    assert [row["replica"] for row in audit_rows(store)] == ["replica-7"]
     store.close()
 
 

@@ -439,14 +439,16 @@ async def test_spans_still_buffered_are_exported_when_the_gateway_stops(tmp_path
     assert listed.name == "tools/list" and listed.parent_id == CLIENT_SPAN
 
 
-async def test_the_console_exporter_writes_on_stderr_and_leaves_stdio_to_the_protocol(tmp_path: Path) -> None:
+async def test_the_console_exporter_writes_on_stderr_with_the_replica_and_leaves_stdio_to_the_protocol(
+    tmp_path: Path,
+) -> None:
     config = write_config(tmp_path / "gateway.yaml", "mcps: {}\n")
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "gateway", "--config", str(config), "serve", "--transport", "stdio"],
         env=gateway_env(tmp_path)
         | NO_EMBEDDINGS
-        | {"GATEWAY_TRACING__ENABLED": "true", "OTEL_TRACES_EXPORTER": "console"},
+        | {"GATEWAY_TRACING__ENABLED": "true", "OTEL_TRACES_EXPORTER": "console", "GATEWAY_REPLICA_ID": "r-7"},
         cwd=str(REPO),
     )
     stderr = tmp_path / "stderr.log"
@@ -454,7 +456,9 @@ async def test_the_console_exporter_writes_on_stderr_and_leaves_stdio_to_the_pro
         async with Client(stdio_client(params, errlog=errlog)) as client:
             meta = {"traceparent": traceparent(CLIENT_TRACE, CLIENT_SPAN)}
             await client.list_tools(meta=meta)
-    assert f"0x{CLIENT_TRACE}" in stderr.read_text()  # the span, as the console exporter prints it
+    printed = stderr.read_text()
+    assert f"0x{CLIENT_TRACE}" in printed  # the span, as the console exporter prints it
+    assert '"service.instance.id": "r-7"' in printed  # the replica, in the resource of every span
 
 
 def test_tracing_off_loads_no_opentelemetry_sdk_or_exporter() -> None:

@@ -1,0 +1,116 @@
+"""The shared state of a deployment (`gateway/state/`) on a real PostgreSQL: two `SharedState`s stand for
+two replicas. The end-to-end behaviour behind a load balancer is in test_shared_state.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import anyio
+import pytest
+
+from gateway.config.security import RateLimit
+from gateway.security.integrity import StoredTool
+from gateway.state.bus import ChangeBus
+from gateway.state.database import SharedDatabase
+from gateway.state.deployment import SharedState
+from gateway.state.fingerprints import SharedIntegrityStore
+
+if TYPE_CHECKING:
+    from tests.postgres import PostgresServer
+
+pytest_plugins = ["tests.postgres"]
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def url(postgres_server: PostgresServer, postgres_database: str) -> str:
+    return postgres_server.url_with_password(postgres_database)
+
+
+@pytest.fixture
+def replicas(url: str) -> Iterator[tuple[SharedState, SharedState]]:
+    first, second = SharedState.connect(url, "a", resync_seconds=600), SharedState.connect(url, "b", 600)
+    try:
+        yield first, second
+    finally:
+        first.close()
+        second.close()
+
+
+async def test_a_change_on_one_replica_reaches_the_others_handlers_by_notification(
+    replicas: tuple[SharedState, SharedState],
+) -> None:
+    first, second = replicas
+    heard = anyio.Event()
+
+    async def disabled_tools_changed() -> None:
+        if "x__t" in await anyio.to_thread.run_sync(second.switches.disabled, "tools"):
+            heard.set()
+
+    second.bus.subscribe("tools", disabled_tools_changed)
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(second.bus.run)
+            while second.bus.heard == 0:  # until the listener is listening: a probe it hears
+                await anyio.to_thread.run_sync(first.bus.publish, "flush")
+                await anyio.sleep(0.05)
+            assert await anyio.to_thread.run_sync(first.switches.set_enabled, "tools", "x__t", False, "root")
+            await heard.wait()  # the resync is 600 s away: the notification did it
+            tg.cancel_scope.cancel()
+
+
+async def test_a_change_whose_notification_was_lost_is_found_by_the_resync(url: str) -> None:
+    database = SharedDatabase(url, "a")
+    bus = ChangeBus(database, resync_seconds=0.1)
+    heard = anyio.Event()
+
+    async def handler() -> None:
+        heard.set()
+
+    bus.subscribe("servers", handler)
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(bus.run)
+            await anyio.sleep(0.3)  # a change made behind the bus's back: revision moved, nothing notified
+            await anyio.to_thread.run_sync(
+                database.run,
+                "INSERT INTO state_revisions VALUES ('servers', 1) ON CONFLICT (topic) "
+                "DO UPDATE SET revision = state_revisions.revision + 1",
+            )
+            await heard.wait()
+            tg.cancel_scope.cancel()
+    database.close()
+
+
+def test_two_replicas_share_one_bucket_per_caller(replicas: tuple[SharedState, SharedState]) -> None:
+    first, second = replicas
+    limit = RateLimit(per_minute=1, burst=4)
+    waits = [(first if i % 2 else second).limiter.take("key", limit) for i in range(8)]
+    assert waits[:4] == [0, 0, 0, 0]
+    assert all(wait >= 50 for wait in waits[4:])  # one token a minute: about a minute to wait
+    assert first.limiter.take("another key", limit) == 0  # buckets are per caller
+
+
+def test_a_tool_changed_before_a_new_replica_started_is_changed_for_it_too(url: str) -> None:
+    old, new = SharedIntegrityStore(SharedDatabase(url, "a")), SharedIntegrityStore(SharedDatabase(url, "b"))
+    assert old.observe_all([("s", "t", "s__t", "fp1")]) == {("s", "t"): ("new", False)}
+    assert new.observe_all([("s", "t", "s__t", "fp2")]) == {("s", "t"): ("changed", False)}
+    [pending] = old.pending()
+    assert pending == StoredTool("s", "t", "s__t", "fp1", "fp2", None)
+    before = new.revision()
+    old.approve(pending)
+    assert new.revision() == before + 1
+    assert new.observe_all([("s", "t", "s__t", "fp2")]) == {("s", "t"): ("same", True)}
+    old.database.close()
+    new.database.close()
+
+
+def test_while_the_database_is_down_an_unknown_definition_is_withheld_not_trusted(url: str) -> None:
+    store = SharedIntegrityStore(SharedDatabase(url, "a"))
+    store.observe_all([("s", "known", "s__known", "fp1")])
+    store.database.url = url.replace("@127.0.0.1:", "@127.0.0.1:1")  # nothing listens on that port
+    store.database.close()
+    seen = store.observe_all([("s", "known", "s__known", "fp1"), ("s", "new", "s__new", "fp9")])
+    assert seen == {("s", "known"): ("same", False), ("s", "new"): ("changed", False)}
+    store.database.close()
