@@ -111,6 +111,17 @@ class SharedDatabase:
                 text = " ".join(str(error).split())[:300] or type(error).__name__
                 raise SharedStateError(f"{self.description}: {text}") from error
 
+    @contextmanager
+    def statement(self) -> Iterator[psycopg.Cursor[Any]]:
+        """A cursor for one statement, atomic on its own (autocommit: no BEGIN and COMMIT round trips)."""
+        with self._lock:
+            try:
+                yield self._connect().cursor()
+            except (psycopg.Error, OSError) as error:
+                self._drop()
+                text = " ".join(str(error).split())[:300] or type(error).__name__
+                raise SharedStateError(f"{self.description}: {text}") from error
+
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self.transaction() as cursor:
             cursor.execute(sql, tuple(params))

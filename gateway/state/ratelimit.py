@@ -1,6 +1,6 @@
 """Rate limits that hold across replicas: one token bucket per caller in the shared database.
 
-Each check is one statement: an upsert that refills the bucket by the time passed on the
+Each check is one statement, one round trip: an upsert that refills the bucket by the time passed on the
 database's clock (so the replicas' clocks do not matter), takes a token when there is one, and
 says whether it did. The row lock makes concurrent checks of one caller, on any replica, happen
 one after the other, so N replicas allow exactly the configured burst and rate between them. The
@@ -53,7 +53,7 @@ class SharedRateLimiter:
         """0 when the request may go on, else the whole seconds to wait (synchronous: from a worker thread)."""
         rate = limit.per_minute / 60
         try:
-            with self.database.transaction() as cursor:
+            with self.database.statement() as cursor:
                 if not self._configured:
                     cursor.execute("SET synchronous_commit = off")
                     self._configured = True
