@@ -80,6 +80,8 @@ class ChangeBus:
                 for handler in self.handlers.get(topic, []):
                     try:
                         await handler()
+                    except SharedStateError as error:  # the resync or the reconnection brings it later
+                        logger.warning("shared state: could not apply a change to %s: %s", topic, error)
                     except Exception:  # boundary: one handler's bug must not stop the fan-out
                         logger.exception("shared state: the %s handler failed", topic)
 

@@ -24,6 +24,8 @@ __all__ = ["SharedIntegrityStore"]
 logger = logging.getLogger(__name__)
 
 _OBSERVE_LOCK = 0x6D636670  # "mcfp"
+RETRY_SECONDS = 5.0
+"""After a failure, how long vetting uses the last rows read without trying the database again."""
 _COLUMNS = "server, tool, exposed, approved, pending, trusted"
 
 
@@ -36,6 +38,7 @@ class SharedIntegrityStore:
         self._known: dict[tuple[str, str], tuple[str, str | None]] = {}
         """(server, tool) -> (approved, trusted), as last read: what stands in during an outage."""
         self._revision = 0
+        self._retry_at = 0.0
 
     def observe(self, server: str, tool: str, exposed: str, seen: str) -> Observation:
         return self.observe_all([(server, tool, exposed, seen)])[(server, tool)][0]
@@ -44,8 +47,12 @@ class SharedIntegrityStore:
         self, seen: list[tuple[str, str, str, str]], definition: Callable[[str, str], str] | None = None
     ) -> dict[tuple[str, str], tuple[Observation, bool]]:
         try:
+            if time.monotonic() < self._retry_at:
+                raise SharedStateError(f"{self.description}: unreachable moments ago")
             return self._observe_all(seen, definition)
         except SharedStateError as error:
+            # Vetting runs on the event loop: do not wait for the database on every rebuild while it is down.
+            self._retry_at = time.monotonic() + RETRY_SECONDS
             logger.warning("tool vetting from the last rows read (%d tools): %s", len(self._known), error)
             result: dict[tuple[str, str], tuple[Observation, bool]] = {}
             for server, tool, _, fingerprint in seen:
