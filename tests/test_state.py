@@ -4,10 +4,12 @@ two replicas. The end-to-end behaviour behind a load balancer is in test_shared_
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
 import pytest
+from mcp import Client
 
 from gateway.config.security import RateLimit
 from gateway.security.integrity import StoredTool
@@ -15,6 +17,7 @@ from gateway.state.bus import ChangeBus
 from gateway.state.database import SharedDatabase
 from gateway.state.deployment import SharedState
 from gateway.state.fingerprints import SharedIntegrityStore
+from plugins.notes import create_server as create_notes
 
 if TYPE_CHECKING:
     from tests.postgres import PostgresServer
@@ -114,3 +117,21 @@ def test_while_the_database_is_down_an_unknown_definition_is_withheld_not_truste
     seen = store.observe_all([("s", "known", "s__known", "fp1"), ("s", "new", "s__new", "fp9")])
     assert seen == {("s", "known"): ("same", False), ("s", "new"): ("changed", False)}
     store.database.close()
+
+
+async def test_a_note_added_through_one_replica_is_read_and_deleted_through_another(url: str, tmp_path: Path) -> None:
+    one, other = create_notes(tmp_path / "a", url), create_notes(tmp_path / "b", url)
+    with anyio.fail_after(30):
+        async with Client(one) as first, Client(other) as second:
+            for _ in range(2):
+                added = await first.call_tool("add_note", {"title": "Deploy plan", "text": "three replicas"})
+                assert not added.is_error
+            listed = await second.call_tool("list_notes", {})
+            names = [note["name"] for note in (listed.structured_content or {})["notes"]]
+            assert names == ["deploy-plan", "deploy-plan-2"]
+            read = await second.read_resource("note://deploy-plan")
+            assert "three replicas" in read.contents[0].text  # type: ignore[union-attr]
+            assert not (await second.call_tool("delete_note", {"name": "deploy-plan"})).is_error
+            listed = await first.call_tool("list_notes", {})
+            assert [note["name"] for note in (listed.structured_content or {})["notes"]] == ["deploy-plan-2"]
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()  # nothing in the data dirs

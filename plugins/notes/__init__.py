@@ -2,7 +2,9 @@
 
 Each note is one markdown file, `<name>.md`, with YAML front matter (title, tags,
 created) in `settings.data_dir / "notes"`, so people can read and edit notes with
-any editor. Beyond being useful on its own, this server exercises every MCP feature
+any editor. With a PostgreSQL `GATEWAY_DATABASE_URL` the same markdown lives in the table
+`plugin_notes` of that database instead (`SharedNoteStore`), so every replica of a deployment
+serves the same notebook. Beyond being useful on its own, this server exercises every MCP feature
 the gateway proxies: tools, resources, a resource template, prompts, completion,
 resources list-changed events and progress notifications.
 """
@@ -15,7 +17,8 @@ import re
 import tempfile
 import threading
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,7 +47,15 @@ from pydantic import BaseModel, Field
 from gateway.config.settings import Settings
 from gateway.hookspecs import RegisterServer, hookimpl
 
-__all__ = ["Note", "NoteStore", "NotesServer", "create_server", "gateway_register_servers", "slugify"]
+__all__ = [
+    "Note",
+    "NoteStore",
+    "NotesServer",
+    "SharedNoteStore",
+    "create_server",
+    "gateway_register_servers",
+    "slugify",
+]
 
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 NAME_RULE = "lowercase letters, digits and '-', starting with a letter or digit, at most 64 characters"
@@ -187,6 +198,74 @@ class NoteStore:
             raise
 
 
+class SharedNoteStore:
+    """The notebook in a PostgreSQL database, one row of rendered markdown per note: what `NoteStore`
+    keeps in files, shared by every replica. One short connection per operation (notes are few and
+    slow); names are chosen and rows written under an advisory lock, so two replicas adding the same
+    title at once get `name` and `name-2`."""
+
+    _LOCK = 0x6D636E74  # "mcnt"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._ready = False
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Any]:
+        import psycopg  # the gateway's own dependency; imported only when a database is configured
+
+        with psycopg.connect(self.url, autocommit=True, connect_timeout=5) as db, db.transaction():
+            cursor = db.cursor()
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", (self._LOCK,))
+            if not self._ready:
+                cursor.execute("CREATE TABLE IF NOT EXISTS plugin_notes (name TEXT PRIMARY KEY, content TEXT NOT NULL)")
+                self._ready = True
+            yield cursor
+
+    def names(self) -> list[str]:
+        with self._transaction() as cursor:
+            cursor.execute("SELECT name FROM plugin_notes ORDER BY name")
+            return [str(row[0]) for row in cursor.fetchall()]
+
+    def get(self, name: str) -> Note | None:
+        if not NAME_PATTERN.match(name):
+            return None
+        with self._transaction() as cursor:
+            cursor.execute("SELECT content FROM plugin_notes WHERE name = %s", (name,))
+            row = cursor.fetchone()
+        return None if row is None else Note.parse(name, str(row[0]))
+
+    def all(self) -> list[Note]:
+        with self._transaction() as cursor:
+            cursor.execute("SELECT name, content FROM plugin_notes ORDER BY name")
+            return [Note.parse(str(name), str(content)) for name, content in cursor.fetchall()]
+
+    def add(self, title: str, text: str, tags: Sequence[str]) -> Note:
+        base = slugify(title)
+        created = datetime.now(UTC).isoformat(timespec="seconds")
+        with self._transaction() as cursor:
+            cursor.execute("SELECT name FROM plugin_notes WHERE name = %s OR name LIKE %s", (base, f"{base}-%"))
+            taken = {str(row[0]) for row in cursor.fetchall()}
+            name, counter = base, 1
+            while name in taken:
+                counter += 1
+                suffix = f"-{counter}"
+                name = base[: MAX_NAME - len(suffix)].rstrip("-") + suffix
+            note = Note(name, title.strip(), tuple(_normalize_tags(tags)), text, created)
+            cursor.execute("INSERT INTO plugin_notes VALUES (%s, %s)", (name, note.render()))
+        return note
+
+    def delete(self, name: str) -> Note | None:
+        with self._transaction() as cursor:
+            cursor.execute("DELETE FROM plugin_notes WHERE name = %s RETURNING content", (name,))
+            row = cursor.fetchone()
+        return None if row is None else Note.parse(name, str(row[0]))
+
+
+Notebook = NoteStore | SharedNoteStore
+"""Where the notes live: files in the data dir, or the shared database."""
+
+
 def _terms(query: str) -> list[str]:
     """The distinct lowercase words of a query; the whole query if it has no word characters."""
     words = list(dict.fromkeys(re.findall(r"\w+", query.lower())))
@@ -258,7 +337,7 @@ def _bullet(note: Note) -> str:
     return f"- [{note.title}]({note.uri}){tags}"
 
 
-def _unknown_note(store: NoteStore, name: str) -> str:
+def _unknown_note(store: Notebook, name: str) -> str:
     """Why `name` names no note, with the closest existing names, for tool and resource errors."""
     if not NAME_PATTERN.match(name):
         reason = f"name {name!r} is not a valid note name ({NAME_RULE})"
@@ -293,7 +372,7 @@ class NotesServer(MCPServer[Any]):
     listed `note://<name>` goes through the `note://{name}` template.
     """
 
-    def __init__(self, store: NoteStore) -> None:
+    def __init__(self, store: Notebook) -> None:
         super().__init__(
             "notes",
             instructions=(
@@ -318,9 +397,10 @@ class NotesServer(MCPServer[Any]):
         ]
 
 
-def create_server(directory: Path) -> NotesServer:
-    """Build the notes server over `directory`; the gateway and the tests use the same object."""
-    store = NoteStore(directory)
+def create_server(directory: Path, database_url: str | None = None) -> NotesServer:
+    """Build the notes server over `directory`, or over the PostgreSQL database at `database_url`
+    (shared by replicas); the gateway and the tests use the same object."""
+    store: Notebook = SharedNoteStore(database_url) if database_url else NoteStore(directory)
     server = NotesServer(store)
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False))
@@ -472,10 +552,11 @@ def create_server(directory: Path) -> NotesServer:
 
 @hookimpl
 def gateway_register_servers(register: RegisterServer, settings: Settings) -> None:
-    """Serve the notebook from `<data_dir>/notes`."""
+    """Serve the notebook from `<data_dir>/notes`, or from the shared PostgreSQL database when one is set."""
+    url = settings.database_url if settings.database_url and settings.database_url.startswith("postgres") else None
     register(
         "notes",
-        create_server(settings.data_dir / "notes"),
+        create_server(settings.data_dir / "notes", url),
         description="A markdown notebook: add, search, list and delete notes; read them as resources.",
         capabilities=["notes", "notebook", "markdown", "search", "memory"],
     )
