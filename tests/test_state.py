@@ -18,6 +18,9 @@ from gateway.state.database import SharedDatabase
 from gateway.state.deployment import SharedState
 from gateway.state.fingerprints import SharedIntegrityStore
 from plugins.notes import create_server as create_notes
+from plugins.sql import Config as SqlConfig
+from plugins.sql import create_server as create_sql
+from tests.sql_client import ok, refused
 
 if TYPE_CHECKING:
     from tests.postgres import PostgresServer
@@ -135,3 +138,22 @@ async def test_a_note_added_through_one_replica_is_read_and_deleted_through_anot
             listed = await first.call_tool("list_notes", {})
             assert [note["name"] for note in (listed.structured_content or {})["notes"]] == ["deploy-plan-2"]
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()  # nothing in the data dirs
+
+
+async def test_a_dry_runs_token_from_one_replica_runs_the_write_once_on_another(url: str, tmp_path: Path) -> None:
+    config = SqlConfig(database=str(tmp_path / "shop.sqlite"), demo=True)  # one database both replicas reach
+    sql = "DELETE FROM orders WHERE id = 1"
+    with anyio.fail_after(30):
+        async with (
+            Client(create_sql(config, tmp_path, tokens_url=url)) as first,
+            Client(create_sql(config, tmp_path, tokens_url=url)) as second,
+        ):
+            token = (await ok(first, "execute_sql", sql=sql))["confirmation_token"]
+            other = (await ok(first, "execute_sql", sql="DELETE FROM orders WHERE id = 2"))["confirmation_token"]
+            wrong = await refused(second, "execute_sql", sql=sql, dry_run=False, confirmation_token=other)
+            assert "issued for another statement" in wrong
+            done = await ok(second, "execute_sql", sql=sql, dry_run=False, confirmation_token=token)
+            assert done["executed"] is True and done["effects"][0]["rows_affected"] == 1
+            for replica in (first, second):
+                again = await refused(replica, "execute_sql", sql=sql, dry_run=False, confirmation_token=token)
+                assert "already used" in again

@@ -121,8 +121,10 @@ def create_server(
     *,
     database: Database | None = None,
     clock: Callable[[], float] | None = None,
+    tokens_url: str | None = None,
 ) -> MCPServer:
-    """Build the `sql` server; the gateway and the tests use the same object. `clock` is for tests."""
+    """Build the `sql` server; the gateway and the tests use the same object. `clock` is for tests;
+    `tokens_url` (the deployment's PostgreSQL) shares dry-run tokens between replicas."""
     database = database or open_database(config, data_dir)
     context_file = None
     if config.context_file:
@@ -133,6 +135,7 @@ def create_server(
         Limits(config.timeout_ms, config.timeout_ms_limit, config.max_rows, config.max_rows_limit),
         token_lifetime_s=config.token_lifetime_s,
         context_file=context_file,
+        tokens_url=tokens_url,
         clock=clock,
     )
     mode = "read-only" if config.read_only else "read-write (writes need a dry run's confirmation token)"
@@ -228,9 +231,11 @@ def gateway_register_servers(register: RegisterServer, settings: Settings, confi
     """Serve the configured database (the demo shop database when none is configured)."""
     config = config or Config()
     database = open_database(config, settings.data_dir)
+    url = settings.database_url
+    shared = url if url and url.startswith(("postgresql://", "postgres://")) else None
     register(
         "sql",
-        create_server(config, settings.data_dir, database=database),
+        create_server(config, settings.data_dir, database=database, tokens_url=shared),
         description=_describe(database),
         capabilities=["sql", "database", "query", "sqlite", "postgresql"],
     )

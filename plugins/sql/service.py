@@ -8,6 +8,7 @@ the event loop; a statement's own time limit stops it inside the database.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,7 +22,7 @@ from .database import Database
 from .records import find_table, prepare_records
 from .results import ExecuteResult, InsertResult, StatementEffect, pipe_table, result_set
 from .schema import Schema
-from .tokens import TokenStore
+from .tokens import SharedTokenStore, TokenStore
 
 __all__ = ["Limits", "SqlRefusal", "SqlService"]
 
@@ -81,10 +82,16 @@ class SqlService:
         token_lifetime_s: float,
         context_file: Path | None = None,
         clock: Callable[[], float] | None = None,
+        tokens_url: str | None = None,
     ) -> None:
+        """`tokens_url`: the deployment's PostgreSQL database, so a dry run's token works on every replica."""
         self.database = database
         self.limits = limits
-        self.tokens = TokenStore(token_lifetime_s, clock) if clock else TokenStore(token_lifetime_s)
+        self.tokens: TokenStore = (
+            SharedTokenStore(tokens_url, token_lifetime_s, clock or time.time)
+            if tokens_url
+            else TokenStore(token_lifetime_s, clock or time.time)
+        )
         self.context = _ContextFile(context_file)
         self._schema: Schema | None = None
         self._schema_lock = threading.Lock()
