@@ -326,6 +326,8 @@ def test_feedback_right_after_a_call_is_accepted_through_another_replica(deploym
     with deployment.postgres.connect(deployment.database) as db:
         rows = db.execute("SELECT e.replica, f.rating FROM feedback f JOIN executions e ON e.id = f.execution_id")
         assert ("r0", "up") in rows.fetchall()
+    detail = api(replicas[2].base, "GET", f"/calls/{token}").json()  # any replica's console shows who made it
+    assert detail["replica"] == "r0" and detail["feedback"][0]["rating"] == "up"
 
 
 # ---- rate limits ----------------------------------------------------------------------------------------

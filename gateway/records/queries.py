@@ -38,7 +38,7 @@ MAX_LATENCY_ROWS = 20_000
 """The most recent calls whose latencies the overview reads for its p50s (its counts are exact)."""
 
 _LIST_COLUMNS = (
-    "id, at, server, tool, status, error_code, latency_ms, attempts, client_id, session_id, trace_id, "
+    "id, at, server, tool, status, error_code, latency_ms, attempts, client_id, session_id, trace_id, replica, "
     "substr(response_summary, 1, 160) AS summary"
 )
 _STATUS_SQL = {
@@ -115,7 +115,7 @@ def call_detail(store: RecordStore, execution_id: str) -> dict[str, Any] | None:
     """One call with its (redacted, as stored) arguments, result summary, failures and feedback."""
     names, rows = store.read(
         "SELECT id, at, server, tool, status, error_code, latency_ms, attempts, client_id, session_id, trace_id, "
-        "search_id, arguments, response_summary, response_size FROM executions WHERE id = ?",
+        "replica, search_id, arguments, response_summary, response_size FROM executions WHERE id = ?",
         (execution_id,),
     )
     if not rows:
