@@ -73,6 +73,8 @@ ADMIN_PREFIX = "/admin"
 SESSION_COOKIE = "mcp_gateway_admin"
 SESSION_SECONDS = 8 * 3600
 """How long a browser session lasts from its login."""
+MAX_UNKNOWN = 10_000
+"""Unknown session ids a console remembers, so that made-up cookies do not each cost a database read."""
 CSRF_FIELD = "csrf"
 CSRF_HEADER = "x-csrf-token"
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
@@ -112,6 +114,8 @@ class AdminConsole:
 
     shared: SharedSessions | None = None
     """The deployment's sessions (a database is configured), else None: this process's only."""
+    unknown: set[str] = field(default_factory=set)
+    """Cookie values the shared table did not have (random ids cannot be made later), at most `MAX_UNKNOWN`."""
 
     def __post_init__(self) -> None:
         if self.gateway.auth.enabled:
@@ -150,12 +154,17 @@ class AdminConsole:
     def _shared_session(self, session_id: str) -> AdminSession | None:
         """A session another replica opened (one indexed read), cached here until it ends."""
         assert self.shared is not None
+        if session_id in self.unknown:  # a made-up or ended id, seen moments ago: no database read for it
+            return None
         try:
             stored = self.shared.load(session_id)
         except SharedStateError as exc:
             logger.warning("console: could not look a session up: %s", exc)
             return None
         if stored is None:
+            if len(self.unknown) >= MAX_UNKNOWN:
+                self.unknown.clear()
+            self.unknown.add(session_id)
             return None
         session = AdminSession(session_id, _principal_from(stored.principal), stored.csrf, stored.expires)
         self.sessions[session_id] = session
