@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 from pathlib import Path
 
 from gateway import hookspecs
@@ -51,3 +52,16 @@ def test_the_complete_plugin_in_the_guide_works_when_pasted_into_plugins(tmp_pat
 
     result = anyio.run(call_plugin_tool, settings, "weather__forecast", {"city": "Lyon"})
     assert result.content[0].text == "Sunny in Lyon."  # type: ignore[union-attr]
+
+
+def test_every_local_url_of_the_endpoint_or_the_console_in_the_docs_names_the_default_port() -> None:
+    from gateway.config.settings import HttpSettings
+
+    default = HttpSettings().port
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    found = 0
+    for page in pages:
+        for port, path in re.findall(r"(?:127\.0\.0\.1|localhost):(\d+)(/mcp|/admin)\b", page.read_text()):
+            found += 1
+            assert int(port) == default, f"{page.name} names port {port} for {path}; the default is {default}"
+    assert found, "no local URL of /mcp or /admin found in the docs"
