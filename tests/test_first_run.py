@@ -3,17 +3,30 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import anyio
 import httpx2
+from mcp import Client, StdioServerParameters
 
 from gateway.security.auth import hash_key, new_key
-from tests.conftest import NO_EMBEDDINGS, REPO, _read_line_with_prefix, gateway_env, stop_process, write_config
+from tests.conftest import (
+    NO_EMBEDDINGS,
+    REPO,
+    _read_line_with_prefix,
+    free_port,
+    gateway_env,
+    stop_process,
+    write_config,
+)
 
 SERVING = "mcp-gateway: serving on "
 CONSOLE = "mcp-gateway: console on "
@@ -162,3 +175,95 @@ def test_bootstrap_installs_only_when_the_venv_or_pyproject_or_the_extras_asked_
     shutil.rmtree(project / ".venv" / "lib")
     assert _installs(script, record)  # the installed package is gone from .venv
     assert _installs(script, record, "--force")
+
+
+def _quick_start_blocks() -> list[tuple[str, str]]:
+    """The README's quick start, as (language, body) of each fenced block, in order."""
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("\n## Quick start\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```(\w+)\n(.*?)```", section, flags=re.DOTALL)
+
+
+def _commands(body: str) -> list[str]:
+    return [line for line in body.splitlines() if line.strip()]
+
+
+def _shared_venv(clone: Path) -> None:
+    """The clone uses this checkout's .venv (a real install would take minutes), so its scripts find it
+    up to date; that holds only if the stamp was made for the clone's pyproject.toml, never reinstall."""
+    stamp = REPO / ".venv" / ".mcp-gateway-installed"
+    digest = hashlib.sha256((clone / "pyproject.toml").read_bytes()).hexdigest()
+    assert stamp.exists() and stamp.read_text().split("\n", 1)[0] == digest, (
+        "the .venv was not installed by scripts/bootstrap for the committed pyproject.toml: run scripts/bootstrap"
+    )
+    (clone / ".venv").symlink_to(REPO / ".venv")
+
+
+async def test_the_readme_quick_start_works_word_by_word_from_a_fresh_clone(tmp_path: Path) -> None:
+    """Each command of the quick start, as written, from a `git clone` of this repository (HEAD, with
+    its own external-mcps.yaml), and both client configs with the SDK's client. What differs from a
+    user's first run, and why: `<repository URL>` is this checkout; the clone's .venv is this
+    checkout's (so the gateway's code is this checkout's, editable-installed; the install itself is
+    what `scripts/bootstrap` does, tested above); the environment names a free port for 8765 (the
+    machine is shared), a data dir of the test's own, and no embedding model (BM25 ranks `search`)."""
+    blocks = _quick_start_blocks()
+    bash = [body for lang, body in blocks if lang == "bash"]
+    expected_lines = next(body for lang, body in blocks if lang == "text")
+    client_configs = [json.loads(body) for lang, body in blocks if lang == "json"]
+    clone_command, serve_command = _commands(bash[0])
+    assert clone_command == "git clone <repository URL> mcp-gateway && cd mcp-gateway"
+    assert serve_command == "scripts/serve"
+
+    subprocess.run(
+        ["bash", "-c", clone_command.replace("<repository URL>", str(REPO))], cwd=tmp_path, check=True, timeout=120
+    )
+    clone = tmp_path / "mcp-gateway"
+    _shared_venv(clone)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")} | NO_EMBEDDINGS
+    env |= {"GATEWAY_DATA_DIR": str(tmp_path / "data"), "GATEWAY_HTTP__PORT": str(port)}
+
+    log = tmp_path / "serve.log"
+    serve = subprocess.Popen(
+        ["bash", "-c", serve_command], cwd=clone, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert serve.stderr is not None
+        _read_line_with_prefix(serve.stderr, CONSOLE, 120, serve, log)
+        printed = [line for line in log.read_text().splitlines() if line.startswith("mcp-gateway: ")]
+        assert printed == expected_lines.replace("8765", str(port)).splitlines()
+        assert httpx2.get(f"http://127.0.0.1:{port}/admin", timeout=30).status_code == 200
+
+        outputs = []
+        for command in _commands(bash[1]):
+            done = subprocess.run(
+                ["bash", "-c", command], cwd=clone, env=env, capture_output=True, text=True, timeout=180
+            )
+            assert done.returncode == 0, f"{command}\n{done.stderr[-2000:]}"
+            outputs.append(done.stdout)
+        tools, search, call = outputs
+        assert "clock__now" in tools and "sql__" in tools and "notes__" in tools
+        assert "clock__" in search.splitlines()[1]  # the first ranked tool, under the heading
+        assert "Asia/Tokyo" in call
+
+        http_config, stdio_config = client_configs
+        url = http_config["mcpServers"]["gateway"]["url"].replace("8765", str(port))
+        stdio = stdio_config["mcpServers"]["gateway"]
+        params = StdioServerParameters(
+            command=stdio["command"].replace("/path/to/mcp-gateway", str(clone)),
+            args=[arg.replace("/path/to/mcp-gateway", str(clone)) for arg in stdio["args"]],
+            env=env,
+            cwd=str(tmp_path),  # a desktop client starts it in a directory of its own
+        )
+        with anyio.fail_after(180):
+            for target in (url, params):
+                async with Client(target) as client:  # type: ignore[arg-type]
+                    names = {tool.name for tool in (await client.list_tools()).tools}
+                    assert "clock__now" in names
+                    result = await client.call_tool("clock__now", {"timezone": "Asia/Tokyo"})
+                    assert not result.is_error and "Asia/Tokyo" in result.content[0].text  # type: ignore[union-attr]
+
+        serve.send_signal(signal.SIGINT)  # Ctrl-C
+        assert serve.wait(timeout=60) == 0
+    finally:
+        stop_process(serve)
