@@ -15,6 +15,7 @@ from pathlib import Path
 
 import anyio
 import httpx2
+import pytest
 from mcp import Client, StdioServerParameters
 
 from gateway.security.auth import hash_key, new_key
@@ -199,6 +200,7 @@ def _shared_venv(clone: Path) -> None:
     (clone / ".venv").symlink_to(REPO / ".venv")
 
 
+@pytest.mark.anyio
 async def test_the_readme_quick_start_works_word_by_word_from_a_fresh_clone(tmp_path: Path) -> None:
     """Each command of the quick start, as written, from a `git clone` of this repository (HEAD, with
     its own external-mcps.yaml), and both client configs with the SDK's client. What differs from a
