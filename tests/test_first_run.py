@@ -113,6 +113,7 @@ def test_serve_help_explains_each_option_with_its_default() -> None:
 
 def test_scripts_serve_starts_warm_without_installing_and_ctrl_c_stops_it(tmp_path: Path) -> None:
     """`scripts/test` bootstraps .venv before the tests run, so `scripts/serve` must find it up to date."""
+    _assert_venv_installed_for(REPO / "pyproject.toml")
     config = write_config(tmp_path / "gateway.yaml", "mcps: {}\n")
     env = gateway_env(tmp_path) | NO_EMBEDDINGS | {"GATEWAY_CONFIG": str(config)}
     log = tmp_path / "stderr.log"
@@ -189,14 +190,20 @@ def _commands(body: str) -> list[str]:
     return [line for line in body.splitlines() if line.strip()]
 
 
+def _assert_venv_installed_for(pyproject: Path) -> None:
+    """The tests run scripts against this checkout's .venv: it must be up to date for `pyproject`, or the
+    script would install into it while other tests use it. `scripts/test` bootstraps before the tests."""
+    stamp = REPO / ".venv" / ".mcp-gateway-installed"
+    digest = hashlib.sha256(pyproject.read_bytes()).hexdigest()
+    assert stamp.exists() and stamp.read_text().split("\n", 1)[0] == digest, (
+        f".venv was not installed by scripts/bootstrap for {pyproject}: run scripts/bootstrap first"
+    )
+
+
 def _shared_venv(clone: Path) -> None:
     """The clone uses this checkout's .venv (a real install would take minutes), so its scripts find it
     up to date; that holds only if the stamp was made for the clone's pyproject.toml, never reinstall."""
-    stamp = REPO / ".venv" / ".mcp-gateway-installed"
-    digest = hashlib.sha256((clone / "pyproject.toml").read_bytes()).hexdigest()
-    assert stamp.exists() and stamp.read_text().split("\n", 1)[0] == digest, (
-        "the .venv was not installed by scripts/bootstrap for the committed pyproject.toml: run scripts/bootstrap"
-    )
+    _assert_venv_installed_for(clone / "pyproject.toml")
     (clone / ".venv").symlink_to(REPO / ".venv")
 
 
