@@ -89,3 +89,10 @@ def test_every_section_of_the_benchmarks_page_names_the_command_behind_its_figur
     for section in sections:
         title = section.splitlines()[0]
         assert re.search(r"bench/\w+\.py|mcp-gateway \w+|\.ci/run", section), f"## {title} names no command"
+
+
+def test_the_readme_indexes_every_page_of_the_docs() -> None:
+    readme = (REPO / "README.md").read_text()
+    index = readme.split("\n## Documentation\n", 1)[1].split("\n## ", 1)[0]
+    for page in sorted((REPO / "docs").glob("*.md")):
+        assert f"(docs/{page.name})" in index, f"the README's documentation index does not link docs/{page.name}"
