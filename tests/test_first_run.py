@@ -146,6 +146,7 @@ def _bootstrap_copy(tmp_path: Path) -> tuple[Path, Path]:
     python.write_text(
         "#!/bin/sh\n"
         f'echo "$*" >> "{record}"\n'
+        'case "$*" in "-c import pip") exit 0 ;; esac\n'
         'case "$*" in *" -e "*)\n'
         f'  touch "{venv}/bin/mcp-gateway" && chmod +x "{venv}/bin/mcp-gateway"\n'
         f'  mkdir -p "{venv}/lib/python3.11/site-packages/mcp_gateway-1.dist-info" ;;\n'
