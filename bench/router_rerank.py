@@ -6,7 +6,7 @@
     python bench/router_rerank.py ... --weights 0.25,0.5  # the stage's weights tried
 
 No registry package ships a cross-encoder's (or a stronger retrieval model's) weights that
-this project could pin and verify (docs/benchmarks.md lists what was searched), so the
+this project could pin and verify (docs/history/benchmarks-2026.md lists what was searched), so the
 second stage is built from what is bundled: late interaction (ColBERT-style MaxSim) over
 the bundled all-MiniLM-L6-v2's word-piece vectors before pooling
 (`MeanPoolingEncoder.token_vectors`). A tool's vectors are those of its full text, as

@@ -157,9 +157,9 @@ async def test_the_installed_gateway_serves_a_tool_call_over_stdio_from_another_
 @pytest.mark.anyio
 async def test_the_readmes_claude_desktop_command_serves_the_built_ins_from_another_directory(tmp_path: Path) -> None:
     readme = (REPO / "README.md").read_text()
-    snippet = readme[readme.index("## Use it from Claude Desktop") :]
-    snippet = snippet[snippet.index("```json\n") + len("```json\n") :]
-    entry = json.loads(snippet[: snippet.index("```\n")].replace("/path/to/mcp-gateway", str(REPO)))
+    blocks = re.findall(r"```json\n(.*?)```", readme, flags=re.DOTALL)
+    stdio_entry = next(block for block in blocks if '"command"' in block)  # the quick start's desktop client
+    entry = json.loads(stdio_entry.replace("/path/to/mcp-gateway", str(REPO)))
     gateway = entry["mcpServers"]["gateway"]
     (tmp_path / "cwd").mkdir()
     names, converted, services = await _call_over_stdio(

@@ -30,6 +30,7 @@ from gateway.registry import Registry
 from gateway.router.service import RouterService, build_router
 from gateway.security.auth import Authenticator
 from gateway.security.vetting import ToolVetter
+from gateway.serving.admin.access import ADMIN_PREFIX
 from gateway.serving.http import bind_socket, serve_http
 from gateway.serving.reload import Reloader, watch_config
 from gateway.serving.replication import follow
@@ -44,10 +45,22 @@ __all__ = ["add_parsers", "check_exposure", "run_serve"]
 
 
 def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    serve = commands.add_parser("serve", help="serve the merged catalog over stdio or streamable HTTP")
-    serve.add_argument("--transport", choices=["stdio", "http"], default="stdio")
-    serve.add_argument("--host", help="HTTP bind address (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="HTTP port (default 8765; 0 picks a free one)")
+    serve = commands.add_parser(
+        "serve",
+        help="serve the merged catalog over stdio or streamable HTTP",
+        description="Serve the merged catalog in the foreground until Ctrl-C or SIGTERM (over stdio, also until "
+        "stdin ends; SIGHUP reloads the config). Over HTTP the MCP endpoint is http://HOST:PORT/mcp and the "
+        "operator console http://HOST:PORT/admin.",
+    )
+    serve.add_argument(
+        "--transport",
+        choices=["stdio", "http"],
+        default="stdio",
+        help="stdio for a desktop client that starts the gateway itself, http to serve streamable HTTP "
+        "(default: %(default)s)",
+    )
+    serve.add_argument("--host", help="HTTP bind address (default: $GATEWAY_HTTP__HOST or 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="HTTP port (default: $GATEWAY_HTTP__PORT or 8765; 0 picks a free one)")
     serve.add_argument(
         "--insecure-no-auth",
         action="store_true",
@@ -158,7 +171,9 @@ async def _serve(
     def announce(port: int) -> None:
         url = f"http://{settings.http.host}:{port}{settings.http.path}"
         write_runtime(settings, f"http://{_url_host(settings.http.host)}:{port}")  # for `servers restart`, `reload`
-        print(f"mcp-gateway: serving on {url}", file=sys.stderr, flush=True)
+        print(f"mcp-gateway: serving on {url}", file=sys.stderr, flush=True)  # tests and benches wait for it
+        console = f"http://{_url_host(settings.http.host)}:{port}{ADMIN_PREFIX}"  # where a browser here finds it
+        print(f"mcp-gateway: console on {console} (Ctrl-C stops the gateway)", file=sys.stderr, flush=True)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(_on_signals, stop, hangup)

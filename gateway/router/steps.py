@@ -1,6 +1,6 @@
 """The steps of a multi-step request, for ranking each step on its own (`RouterConfig.split`).
 
-Measured on LiveMCPBench (docs/benchmarks.md), splitting did not improve recall, so it is
+Measured on LiveMCPBench (docs/history/benchmarks-2026.md), splitting did not improve recall, so it is
 off by default; the function stays for the variants the benchmarks compare. Pure: no I/O.
 """
 

@@ -152,7 +152,7 @@ class DeferringTransport(StreamableHTTPServerTransport):
         """Wait up to the window for the request's first message, then answer with JSON or SSE.
 
         Nothing watches for the client hanging up during the window (a task per call costs about
-        0.1 ms of CPU, docs/benchmarks.md): as with the SDK's stream, the call runs on and its
+        0.1 ms of CPU, docs/history/benchmarks-2026.md): as with the SDK's stream, the call runs on and its
         answer is dropped; a JSON answer then goes nowhere (uvicorn ignores it), and a stream
         notices at once. The request's memory stream is released at most a window later.
         """

@@ -1,5 +1,6 @@
 """The streamable-HTTP transport: the MCP endpoint, `POST /route`, `POST /feedback`, `GET /healthz`,
-`/readyz`, `/metrics`, `/connect` (per-user OAuth links, `gateway.serving.connect`), the operator console
+`/readyz`, `/metrics`, `/connect` (per-user OAuth links, `gateway.serving.connect`), `GET /` (a page
+naming the endpoint and the console), the operator console
 under `/admin` (`gateway.serving.admin`), the listening
 socket and uvicorn.
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from functools import partial
 from typing import Any
 
@@ -24,7 +25,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from starlette.datastructures import QueryParams
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -50,6 +51,7 @@ __all__ = [
     "METRICS_PATH",
     "bind_socket",
     "build_http_app",
+    "index_endpoint",
     "metrics_endpoint",
     "open_sessions",
     "route_endpoint",
@@ -129,6 +131,27 @@ async def metrics_endpoint(gateway: GatewayServer, request: Request) -> Response
     # Tens of milliseconds for a large catalog: off the event loop, which keeps serving calls.
     body = await anyio.to_thread.run_sync(gateway.registry.metrics.exposition)
     return Response(body, media_type=CONTENT_TYPE)
+
+
+def index_endpoint(endpoint_path: str, *, console: bool) -> Callable[[Request], Awaitable[Response]]:
+    """`GET /`: a page naming the MCP endpoint and the console, for whoever opens the bare address in a
+    browser or with curl; a POST there (a client given the address without the path) is told the path."""
+    links = [f'<li>MCP endpoint (streamable HTTP, for MCP clients): <a href="{endpoint_path}">{endpoint_path}</a></li>']
+    if console:
+        links.append(f'<li>Operator console: <a href="{ADMIN_PREFIX}">{ADMIN_PREFIX}</a></li>')
+    links.append('<li>Health: <a href="/healthz">/healthz</a>, readiness: <a href="/readyz">/readyz</a></li>')
+    page = (
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>mcp-gateway</title></head><body>\n'
+        "<h1>mcp-gateway</h1>\n<ul>\n" + "\n".join(links) + "\n</ul>\n</body></html>\n"
+    )
+
+    async def index(request: Request) -> Response:
+        if request.method == "POST":
+            message = f"This is not the MCP endpoint: send MCP requests to {endpoint_path}."
+            return JSONResponse({"error": message}, status_code=404)
+        return HTMLResponse(page)
+
+    return index
 
 
 def open_sessions(manager: StreamableHTTPSessionManager) -> int:
@@ -213,6 +236,9 @@ def build_http_app(gateway: GatewayServer, settings: Settings, *, admin: bool = 
         routes += api_routes()  # the operator console's JSON API (docs/console.md)
         routes += ui_routes(gateway)  # the console's web pages at /admin (`gateway.serving.admin.ui`)
     public_paths: tuple[str, ...] = PUBLIC_PATHS
+    if settings.http.path.rstrip("/"):  # `/` names the endpoint and the console (static: no Host check, no credentials)
+        routes.append(Route("/", index_endpoint(settings.http.path, console=admin), methods=["GET", "POST"]))
+        public_paths += ("/",)
     if settings.http.metrics:
         routes.append(Route(METRICS_PATH, metrics, methods=["GET"]))
         if settings.http.metrics_public:

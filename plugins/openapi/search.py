@@ -38,7 +38,7 @@ METHOD_VERBS = {
     "patch": "update change edit",
     "delete": "delete remove",
 }
-"""Words for what a method does, so "change the title" meets PATCH (measured: docs/benchmarks.md)."""
+"""Words for what a method does, so "change the title" meets PATCH (measured: docs/history/benchmarks-2026.md)."""
 
 
 def operation_record(op: Operation) -> ToolRecord:
