@@ -80,6 +80,10 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     )
     env = {"REC_TOKEN": UPSTREAM_TOKEN, "ALPHA_KEY_HASH": hash_key(KEYS["alpha"]), "GATEWAY_LOG_LEVEL": "DEBUG"}
     env["GATEWAY_ROUTING__MODE"] = "all"  # scopes are checked on full lists: the admin sees over 40 tools
+    # Lists and the router's first index wait for the stdio servers to connect: under a loaded CI
+    # machine a Python child can take longer than the default 5 s, and a search made before then
+    # finds nothing of alpha.
+    env["GATEWAY_LIST_WAIT"] = "60"
     log = tmp / "gateway.log"
     process, url = start_gateway_http(config, tmp, env, log=log)
     try:
