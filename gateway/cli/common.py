@@ -66,12 +66,14 @@ def settings_from(args: argparse.Namespace) -> Settings:
         raise Usage(f"settings error: {describe_settings_error(exc)}") from None
     updates: dict[str, Any] = {}
     if args.config is not None:
-        updates["config"] = args.config
+        settings = settings.with_config(args.config)  # an unnamed data dir is the config's own
     if args.log_level is not None:
         updates["log_level"] = args.log_level
     http_updates = {
         k: v for k, v in (("host", getattr(args, "host", None)), ("port", getattr(args, "port", None))) if v is not None
     }
+    if getattr(args, "insecure_no_auth", False):
+        http_updates["insecure_no_auth"] = True
     if http_updates:
         updates["http"] = settings.http.model_copy(update=http_updates)
     if getattr(args, "mode", None) is not None:

@@ -38,6 +38,7 @@ from gateway.observability.tracing import enabled as tracing_enabled
 from gateway.records.feedback import feedback_endpoint
 from gateway.security.auth import Authenticator
 from gateway.security.http_guard import PUBLIC_PATHS, SecurityMiddleware, principal_in
+from gateway.security.reachability import no_auth_refusal
 from gateway.security.scopes import visible
 from gateway.serving.admin.access import ADMIN_PREFIX, with_console
 from gateway.serving.admin.api import api_routes
@@ -277,6 +278,7 @@ def build_http_app(gateway: GatewayServer, settings: Settings, *, admin: bool = 
     if not settings.http.stateless:
         gateway.registry.metrics.watch_sessions(partial(open_sessions, gateway.server.session_manager))
     authenticator = Authenticator(gateway.auth) if gateway.auth.enabled else None
+    refusal = partial(no_auth_refusal, config=settings.config)  # without auth: to a request from beyond loopback
     served = _refusing_unknown_modes(app, settings.http.path)
     if tracing_enabled():  # a `traceparent` header continues the caller's trace
         served = TraceContextMiddleware(served)
@@ -292,6 +294,7 @@ def build_http_app(gateway: GatewayServer, settings: Settings, *, admin: bool = 
         public_paths=public_paths,
         session_prefix=ADMIN_PREFIX if admin else None,  # the console checks its own session cookie
         limiter=gateway.shared.limiter if gateway.shared is not None else None,  # replicas count together
+        loopback_only=None if authenticator or settings.http.insecure_no_auth else refusal,
     )
 
 
@@ -335,6 +338,8 @@ async def serve_http(
     # JSON logs: uvicorn's records go through the gateway's handler, not uvicorn's text formatter.
     log_config = None if settings.log_format == "json" else uvicorn.config.LOGGING_CONFIG
     config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5, log_config=log_config)
+    if settings.http.trusted_proxies:  # else uvicorn's default: 127.0.0.1 (or $FORWARDED_ALLOW_IPS)
+        config.forwarded_allow_ips = settings.http.trusted_proxies
     server = _Uvicorn(config)
     async with anyio.create_task_group() as tg:
         tg.start_soon(server.serve, [sock])
