@@ -156,6 +156,24 @@ class HttpSettings(BaseModel):
             "auto`), and between pings on that stream: no client waits longer than this without bytes."
         ),
     )
+    drain_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        le=3600,
+        description=(
+            "On SIGTERM or SIGINT: the most seconds the requests in flight (tool calls) may take to finish "
+            "while new ones are refused, before the gateway stops (`gateway.serving.drain`)."
+        ),
+    )
+    drain_notice_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        le=300,
+        description=(
+            "On SIGTERM: seconds `/readyz` answers 503 while the gateway still serves new requests, for a load "
+            "balancer that polls readiness to stop sending; then new requests are refused and the drain begins."
+        ),
+    )
     metrics: bool = Field(default=True, description="Serve Prometheus metrics at GET /metrics.")
     metrics_public: bool = Field(
         default=False,

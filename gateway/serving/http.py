@@ -45,6 +45,7 @@ from gateway.serving.admin.api import api_routes
 from gateway.serving.admin.ui import close_console, ui_routes
 from gateway.serving.connect import CALLBACK_PATH, Connector, connect_routes
 from gateway.serving.deferred_responses import deferring_http_app
+from gateway.serving.drain import Drain
 from gateway.serving.exposure import NO_TOOL_FITS, openai_function, tool_payload, unknown_mode
 from gateway.serving.server import GatewayServer
 
@@ -307,6 +308,12 @@ class _Uvicorn(uvicorn.Server):
         yield
 
 
+def _stop_listening(server: uvicorn.Server) -> None:
+    """Accept no new connections (uvicorn's own shutdown closes its servers again, harmlessly)."""
+    for listening in server.servers:
+        listening.close()
+
+
 def bind_socket(host: str, port: int) -> socket.socket:
     """Bind the HTTP listening socket before anything else starts, so a busy port is one clear error.
 
@@ -334,7 +341,7 @@ async def serve_http(
     ready: Callable[[int], None] | None = None,
 ) -> None:
     """Serve streamable HTTP on an already bound socket until `stop` is set."""
-    app = build_http_app(gateway, settings)
+    app = drain = Drain(build_http_app(gateway, settings))  # SIGTERM: readiness false, refuse new, finish
     # JSON logs: uvicorn's records go through the gateway's handler, not uvicorn's text formatter.
     log_config = None if settings.log_format == "json" else uvicorn.config.LOGGING_CONFIG
     config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5, log_config=log_config)
@@ -352,5 +359,10 @@ async def serve_http(
         if ready is not None:
             ready(port)
         await stop.wait()
+        await drain.drain(
+            notice=settings.http.drain_notice_seconds,
+            timeout=settings.http.drain_seconds,
+            stop_listening=partial(_stop_listening, server),
+        )
         close_console(gateway)  # open live tails end, so uvicorn's graceful shutdown does not wait for them
         server.should_exit = True
