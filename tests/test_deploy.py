@@ -278,3 +278,14 @@ def test_the_systemd_unit_starts_the_gateway_reloads_with_sighup_and_gives_the_d
     assert float(entries["TimeoutStopSec"][0]) > float(environment["GATEWAY_HTTP__DRAIN_SECONDS"])
     assert environment["GATEWAY_HTTP__HOST"] == "127.0.0.1"  # one host: the reverse proxy in front reaches it
     assert entries["DynamicUser"] == ["yes"] and entries["StateDirectory"] == ["mcp-gateway"]
+
+
+def test_the_build_context_lets_in_everything_the_dockerfile_copies_and_little_else() -> None:
+    allowed = {
+        line[1:].rstrip("/") for line in (REPO / ".dockerignore").read_text().splitlines() if line.startswith("!")
+    }
+    assert "*" in (REPO / ".dockerignore").read_text().splitlines()  # all else stays out (.venv, .git, tests)
+    for word, rest in _instructions():
+        if word == "COPY" and not rest.startswith("--from"):
+            for source in shlex.split(rest)[:-1]:
+                assert source.rstrip("/") in allowed, f"COPY {source} is kept out of the build context"
