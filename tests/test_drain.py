@@ -80,7 +80,10 @@ async def test_on_sigterm_readiness_goes_false_new_requests_are_refused_and_the_
             process.send_signal(signal.SIGTERM)
             with anyio.fail_after(60):
                 ready = await kept.get("/readyz")
-                assert ready.status_code == 503 and ready.json()["draining"] is True  # readiness first
+                while ready.status_code == 200:  # until the signal is handled: then readiness goes first
+                    await anyio.sleep(0.05)
+                    ready = await kept.get("/readyz")
+                assert ready.status_code == 503 and ready.json()["draining"] is True
                 refused: str | None = None
                 while refused is None:  # after the notice: a new connection is refused ...
                     try:
