@@ -27,6 +27,7 @@ sentence a model can act on, and `_meta[ERROR_META_KEY]` carrying a machine-read
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import mcp_types as types
@@ -47,6 +48,7 @@ __all__ = [
     "UpstreamUnauthorized",
     "UpstreamUnavailable",
     "error_result",
+    "naming_exposed_tool",
 ]
 
 ERROR_META_KEY = "mcp-gateway/error"
@@ -140,3 +142,24 @@ def error_result(error: GatewayError) -> types.CallToolResult:
         is_error=True,
         _meta={ERROR_META_KEY: meta},
     )
+
+
+def naming_exposed_tool(result: types.CallToolResult, original: str, exposed: str) -> types.CallToolResult:
+    """An upstream's error result with its own tool name replaced by the one the model called.
+
+    SDK servers word a failing tool's error as `Error executing tool now: ...` (Python) or
+    `Tool now not found` (TypeScript): a model that only knows `clock__now` cannot tell what `now`
+    is. Only the name where it follows the word "tool" is replaced, so other uses of a short
+    name such as `now` in the text stay as the server wrote them."""
+    if not result.is_error or original == exposed:
+        return result
+    pattern = re.compile(rf"(\btool\s+['\"`]?){re.escape(original)}(?![\w-])", re.IGNORECASE)
+    changed = False
+    content: list[Any] = []
+    for block in result.content:
+        if isinstance(block, types.TextContent):
+            text = pattern.sub(lambda m: m.group(1) + exposed, block.text)
+            if text != block.text:
+                block, changed = block.model_copy(update={"text": text}), True
+        content.append(block)
+    return result.model_copy(update={"content": content}) if changed else result

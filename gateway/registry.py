@@ -34,7 +34,7 @@ from gateway.calls.validation import ArgumentValidator
 from gateway.catalog import Catalog, Entry, ServerListing, build_catalog
 from gateway.config.security import LimitsConfig
 from gateway.config.settings import Settings
-from gateway.errors import ExecutionError, GatewayError, ToolNotFound, UpstreamUnauthorized
+from gateway.errors import ExecutionError, GatewayError, ToolNotFound, UpstreamUnauthorized, naming_exposed_tool
 from gateway.observability.health import server_health
 from gateway.observability.metrics import GatewayMetrics, UpstreamFigures
 from gateway.plugins import PluginManager
@@ -485,7 +485,7 @@ class Registry:
             )
             if not isinstance(result, types.CallToolResult):
                 raise ExecutionError(f"Server {upstream.id!r} answered {name!r} with something that is not a result.")
-            return result
+            return naming_exposed_tool(result, entry.original, name)
 
         return ToolCall(
             server=upstream.id,
