@@ -17,6 +17,12 @@
 
 docs/errors.md lists every code with an example result.
 
+Every code belongs to one class (`error_class`), as HTTP splits 4xx from 5xx, so a caller's
+mistakes are never counted against a server: `caller` (the request cannot be served as asked:
+an unknown or withheld tool, bad arguments, a limit), `upstream` (the server failed, timed out,
+refused the gateway, or answered with an error of its own: `tool_error`, `protocol_error`) and
+`gateway` (the gateway itself failed: `execution_error`, `internal_error`, any other code).
+
 `ConfigError` (in `gateway.config.loader`) is separate: it stops the gateway before it starts.
 
 A gateway-made error on `tools/call` becomes a tool result with `isError: true`, one
@@ -28,12 +34,16 @@ sentence a model can act on, and `_meta[ERROR_META_KEY]` carrying a machine-read
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 import mcp_types as types
 
 __all__ = [
+    "CALLER_CODES",
+    "ERROR_CLASSES",
     "ERROR_META_KEY",
+    "UPSTREAM_CODES",
+    "ErrorClass",
     "CircuitOpen",
     "ExceededRetries",
     "ExecutionError",
@@ -47,12 +57,53 @@ __all__ = [
     "UpstreamTimeout",
     "UpstreamUnauthorized",
     "UpstreamUnavailable",
+    "error_class",
     "error_result",
     "naming_exposed_tool",
 ]
 
 ERROR_META_KEY = "mcp-gateway/error"
 """The `_meta` key of a gateway-made error result: `{"code": ..., "server": ...}`."""
+
+ErrorClass = Literal["caller", "upstream", "gateway"]
+ERROR_CLASSES: tuple[ErrorClass, ...] = ("caller", "upstream", "gateway")
+CALLER_CODES = frozenset(
+    {
+        "tool_not_found",
+        "tool_withheld",
+        "task_required",
+        "invalid_arguments",
+        "relay_refused",
+        "rate_limited",
+        "cancelled",  # the caller gave up on the call (HTTP's 499)
+    }
+)
+"""The caller's side (HTTP's 4xx): the call could not be served as asked, and no server is at fault."""
+UPSTREAM_CODES = frozenset(
+    {
+        "tool_error",  # the server's own error result
+        "protocol_error",  # the server answered with a JSON-RPC error
+        "upstream_unavailable",
+        "outcome_unknown",
+        "upstream_timeout",
+        "upstream_unauthorized",
+        "circuit_open",
+        "exceeded_retries",
+    }
+)
+"""The server's side (HTTP's 502/503/504): it failed, timed out, refused the gateway, or said no."""
+
+
+def error_class(code: str | None) -> ErrorClass | None:
+    """Whose failure an error code is: None for no code (a success), `gateway` for any code not
+    known as the caller's or the upstream's (the gateway's own, or a plugin's)."""
+    if code is None:
+        return None
+    if code in CALLER_CODES:
+        return "caller"
+    if code in UPSTREAM_CODES:
+        return "upstream"
+    return "gateway"
 
 
 class GatewayError(Exception):
