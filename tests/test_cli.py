@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.conftest import DEMO_SERVER, REPO, gateway_env, write_config
+from tests.conftest import DEMO_SERVER, REPO, example_config, gateway_env, write_config
 
 BUILTIN_PLUGINS = REPO / "plugins"
 BROKEN_PLUGINS = REPO / "tests" / "fixtures" / "broken_plugins"
@@ -34,8 +35,13 @@ def run_cli(
     )
 
 
+def example(tmp_path: Path) -> str:
+    """A pristine copy of the shipped example config (never the repository's, which users edit)."""
+    return str(example_config(tmp_path / "example"))
+
+
 def test_check_on_the_example_config_reports_every_server_ok(tmp_path: Path) -> None:
-    result = run_cli("--config", str(REPO / "external-mcps.yaml"), "check", tmp_path=tmp_path)
+    result = run_cli("--config", example(tmp_path), "check", tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["SERVER", "TRANSPORT", "STATUS", "TOOLS", "LATENCY"]
@@ -47,10 +53,16 @@ def test_check_on_the_example_config_reports_every_server_ok(tmp_path: Path) -> 
 
 
 def test_the_example_config_serves_the_openapi_example_spec_shipped_with_the_plugin(tmp_path: Path) -> None:
-    tools = run_cli("--config", str(REPO / "external-mcps.yaml"), "tools", "--server", "openapi", tmp_path=tmp_path)
+    tools = run_cli("--config", example(tmp_path), "tools", "--server", "openapi", tmp_path=tmp_path)
     assert [line.split()[0] for line in tools.stdout.splitlines()[1:]] == ["openapi__call_api", "openapi__search_api"]
     result = run_cli(
-        "--config", str(REPO / "external-mcps.yaml"), "call", "openapi__search_api", "--args", "{}", tmp_path=tmp_path
+        "--config",
+        example(tmp_path),
+        "call",
+        "openapi__search_api",
+        "--args",
+        "{}",
+        tmp_path=tmp_path,
     )
     assert result.returncode == 0, result.stderr
     assert "(github, 16 operations, base URL https://api.github.com)" in result.stdout
@@ -98,7 +110,7 @@ def test_a_stdio_servers_relative_paths_are_found_from_the_config_files_folder(t
 
 
 def test_tools_lists_one_servers_namespaced_tools(tmp_path: Path) -> None:
-    result = run_cli("--config", str(REPO / "external-mcps.yaml"), "tools", "--server", "clock", tmp_path=tmp_path)
+    result = run_cli("--config", example(tmp_path), "tools", "--server", "clock", tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr
     names = [line.split()[0] for line in result.stdout.splitlines()[1:]]
     assert names == sorted(names) and "clock__now" in names and "clock__convert_time" in names
@@ -106,7 +118,7 @@ def test_tools_lists_one_servers_namespaced_tools(tmp_path: Path) -> None:
 
 
 def test_tools_json_gives_full_tool_definitions(tmp_path: Path) -> None:
-    result = run_cli("--config", str(REPO / "external-mcps.yaml"), "tools", "--json", tmp_path=tmp_path)
+    result = run_cli("--config", example(tmp_path), "tools", "--json", tmp_path=tmp_path)
     tools = {t["name"]: t for t in json.loads(result.stdout)}
     assert tools["notes__add_note"]["inputSchema"]["required"] == ["title", "text"]
     sql_tools = {"sql__describe_schema", "sql__execute_sql", "sql__add_records", "sql__generate_sql"}
@@ -117,7 +129,7 @@ def test_tools_json_gives_full_tool_definitions(tmp_path: Path) -> None:
 def test_call_runs_one_tool_and_prints_its_result(tmp_path: Path) -> None:
     result = run_cli(
         "--config",
-        str(REPO / "external-mcps.yaml"),
+        example(tmp_path),
         "call",
         "clock__convert_time",
         "--args",
@@ -132,14 +144,20 @@ def test_call_runs_one_tool_and_prints_its_result(tmp_path: Path) -> None:
 
 
 def test_call_of_an_unknown_tool_exits_1_with_close_names(tmp_path: Path) -> None:
-    result = run_cli("--config", str(REPO / "external-mcps.yaml"), "call", "clock__nw", tmp_path=tmp_path)
+    result = run_cli("--config", example(tmp_path), "call", "clock__nw", tmp_path=tmp_path)
     assert result.returncode == 1
     assert "clock__now" in result.stdout
 
 
 def test_call_with_arguments_that_are_not_json_exits_2(tmp_path: Path) -> None:
     result = run_cli(
-        "--config", str(REPO / "external-mcps.yaml"), "call", "clock__now", "--args", "{oops", tmp_path=tmp_path
+        "--config",
+        example(tmp_path),
+        "call",
+        "clock__now",
+        "--args",
+        "{oops",
+        tmp_path=tmp_path,
     )
     assert result.returncode == 2
     assert "--args is not valid JSON" in result.stderr
@@ -227,9 +245,7 @@ def test_a_claude_desktop_config_file_is_accepted_as_it_is(tmp_path: Path) -> No
 def test_the_router_ranks_the_built_in_plugins_tools_on_the_example_config(
     tmp_path: Path, query: str, expected: str
 ) -> None:
-    result = run_cli(
-        "--config", str(REPO / "external-mcps.yaml"), "search", query, "--k", "3", "--json", tmp_path=tmp_path
-    )
+    result = run_cli("--config", example(tmp_path), "search", query, "--k", "3", "--json", tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr
     assert expected in [hit["name"] for hit in json.loads(result.stdout)]
 
@@ -258,7 +274,7 @@ def test_global_options_are_accepted_after_the_command(tmp_path: Path) -> None:
         "--server",
         "clock",
         "--config",
-        str(REPO / "external-mcps.yaml"),
+        example(tmp_path),
         "--log-level",
         "ERROR",
         tmp_path=tmp_path,
@@ -337,3 +353,10 @@ async def test_an_entry_whose_variable_is_unset_fails_alone_and_the_others_are_s
     assert (rows["child"][2], rows["remote"][2]) == ("ok", "failed")
     reason = f"  remote: {config}:7: mcps.remote.headers.Authorization: environment variable REMOTE_TOKEN is not set"
     assert reason in result.stdout, result.stdout
+
+
+def test_no_test_reads_the_example_config_a_user_may_have_edited() -> None:
+    """The README invites users to edit `external-mcps.yaml`: tests copy `EXAMPLE_CONFIG` instead."""
+    reads = re.compile(r"(load_config|copy|str)\(\s*REPO / \"external-mcps\.yaml\"")
+    readers = [path.name for path in (REPO / "tests").glob("*.py") if reads.search(path.read_text())]
+    assert not readers, f"these tests read the user's own config: {readers}"
