@@ -14,7 +14,15 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.conftest import DEMO_SERVER, REPO, example_config, gateway_env, write_config
+from tests.conftest import (
+    DEMO_SERVER,
+    REPO,
+    example_config,
+    gateway_env,
+    start_gateway_http,
+    stop_process,
+    write_config,
+)
 
 BUILTIN_PLUGINS = REPO / "plugins"
 BROKEN_PLUGINS = REPO / "tests" / "fixtures" / "broken_plugins"
@@ -360,3 +368,38 @@ def test_no_test_reads_the_example_config_a_user_may_have_edited() -> None:
     reads = re.compile(r"(load_config|copy|str)\(\s*REPO / \"external-mcps\.yaml\"")
     readers = [path.name for path in (REPO / "tests").glob("*.py") if reads.search(path.read_text())]
     assert not readers, f"these tests read the user's own config: {readers}"
+
+
+def run_as_user(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """A command with the log level a user has who set none (the tests' own environment sets WARNING)."""
+    environment = gateway_env(tmp_path, plugins_dir=BUILTIN_PLUGINS)
+    del environment["GATEWAY_LOG_LEVEL"]
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", *args], capture_output=True, text=True, env=environment, cwd=REPO, timeout=120
+    )
+
+
+def test_one_shot_commands_print_only_their_result_at_the_default_log_level(tmp_path: Path) -> None:
+    config = example(tmp_path)
+    called = run_as_user("--config", config, "call", "clock__now", "--args", '{"timezone": "UTC"}', tmp_path=tmp_path)
+    assert called.returncode == 0 and called.stderr == "", called.stderr
+    assert len(called.stdout.strip().splitlines()) == 1 and "UTC" in called.stdout
+    checked = run_as_user("--config", config, "check", tmp_path=tmp_path)
+    assert checked.returncode == 0 and checked.stderr == "", checked.stderr
+    listed = run_as_user("--config", config, "servers", tmp_path=tmp_path)
+    assert listed.returncode == 0 and listed.stderr == "", listed.stderr
+    asked = run_as_user("--config", config, "--log-level", "INFO", "check", tmp_path=tmp_path)
+    assert "server 'clock' is ready" in asked.stderr, "an asked-for level is kept"
+
+
+def test_nothing_is_logged_after_the_servers_stopped(tmp_path: Path) -> None:
+    """A gateway stopped while it is still loading its embedding model: its log ends with the servers'
+    stop, not with the model's load finishing afterwards."""
+    config = write_config(tmp_path / "gw.yaml", "mcps: {}\n")
+    log = tmp_path / "gateway.log"
+    process, _ = start_gateway_http(config, tmp_path, {"GATEWAY_LOG_LEVEL": "INFO"}, log=log)
+    stop_process(process)  # at once: the router has just started loading the model
+    lines = log.read_text().strip().splitlines()
+    assert any(" is stopped " in line for line in lines), lines
+    last_stop = max(i for i, line in enumerate(lines) if " is stopped " in line)
+    assert lines[last_stop + 1 :] == [], "logged after every server stopped"
