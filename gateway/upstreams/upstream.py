@@ -148,6 +148,7 @@ class Upstream:
         self.instructions: str | None = None
         self._client: Client | None = None
         self._stop = anyio.Event()
+        self._stop_reason = "the gateway stopped"
         self._closed = anyio.Event()
         self._refresh = anyio.Event()
         self.subscriptions = Subscriptions(self)
@@ -188,7 +189,10 @@ class Upstream:
         """Wait until the first connection attempt has succeeded or failed."""
         await self._ready.wait()
 
-    def stop(self) -> None:
+    def stop(self, because: str = "the gateway stopped") -> None:
+        """Ask `run()` to end; `because` is the reason of the final `stopped` state (the first one given)."""
+        if not self._stop.is_set():
+            self._stop_reason = because
         self._stop.set()
 
     async def run(self) -> None:
@@ -251,7 +255,7 @@ class Upstream:
             if not self._stop.is_set():
                 await self._set_state("starting", f"reconnecting (attempt {failures + 1}) after: {self.reason}")
         if self.state in ("starting", *LISTED_STATES):
-            await self._set_state("stopped", "the gateway stopped")
+            await self._set_state("stopped", self._stop_reason)
 
     async def _wait_wanted(self) -> None:
         """Wait (idle) until a call wants this on-demand server, or the gateway stops."""
