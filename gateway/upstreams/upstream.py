@@ -48,7 +48,13 @@ from gateway.upstreams.errors import (
 from gateway.upstreams.health import probe
 from gateway.upstreams.in_flight import InFlight
 from gateway.upstreams.listing import Unsupported, fetch_listing, method_not_found, unsupported_answer
-from gateway.upstreams.oauth.binding import GrantAuth, login_reason, login_refusal
+from gateway.upstreams.oauth.binding import (
+    GrantAuth,
+    login_reason,
+    login_refusal,
+    token_endpoint_error,
+    token_endpoint_reason,
+)
 from gateway.upstreams.on_demand import OnDemand
 from gateway.upstreams.server_requests import relay_callbacks
 from gateway.upstreams.spec import CONNECTED_STATES, LISTED_STATES, ServerState, UpstreamSpec
@@ -223,7 +229,7 @@ class Upstream:
                     self.unauthorized = True
                     await self._set_state("needs_login", login)
                 else:
-                    await self._set_state("failed", self._reason(exc))
+                    await self._set_state("failed", token_endpoint_reason(self._auth) or self._reason(exc))
             finally:
                 self._client, self.pid, self.subscriptions.listening = None, None, False
                 self._ready.set()
@@ -593,6 +599,9 @@ class Upstream:
         if refusal is not None:
             self._closed.set()
             raise refusal
+        down = token_endpoint_error(self.id, self._auth, operation)
+        if down is not None:  # the session is still good: the next request refreshes again
+            raise down
 
 
 def restart_delay(failures: int) -> float:
