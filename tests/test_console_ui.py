@@ -390,6 +390,7 @@ async def test_the_console_shows_a_first_hour_as_it_was(browser: Any, tmp_path: 
             with anyio.fail_after(30):
                 assert not (await client.call_tool("child__add", {"a": 1, "b": 2})).is_error
                 assert (await client.call_tool("child__add", {"a": "one", "b": 2})).is_error
+                assert (await client.call_tool("nonexistent__tool", {})).is_error
 
         browser.get(base + "/admin")
         row = wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "tr[data-server=child]"), 10, "child's row")[0]
@@ -403,6 +404,9 @@ async def test_the_console_shows_a_first_hour_as_it_was(browser: Any, tmp_path: 
         browser.get(base + "/admin/calls?server=child")
         rows = wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#call-rows tr"), 10, "the calls")
         assert [r.find_elements(By.CSS_SELECTOR, "td")[-1].text for r in rows] == ["first-hour/0.3"] * 2
+        browser.get(base + "/admin/calls?tool=nonexistent__tool")
+        row = wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#call-rows tr"), 10, "the unknown tool")[0]
+        assert row.find_elements(By.CSS_SELECTOR, "td")[1].text == "(no server)", "not an empty server name"
 
         browser.get(base + "/admin/config")
         source = browser.find_element(By.ID, "config-source").text
