@@ -42,7 +42,7 @@ from gateway.security.reachability import no_auth_refusal
 from gateway.security.scopes import visible
 from gateway.serving.admin.access import ADMIN_PREFIX, with_console
 from gateway.serving.admin.api import api_routes
-from gateway.serving.admin.ui import close_console, ui_routes
+from gateway.serving.admin.ui import FAVICON_PATH, close_console, ui_routes
 from gateway.serving.connect import CALLBACK_PATH, Connector, connect_routes
 from gateway.serving.deferred_responses import deferring_http_app
 from gateway.serving.drain import Drain
@@ -241,6 +241,8 @@ def build_http_app(gateway: GatewayServer, settings: Settings, *, admin: bool = 
     if settings.http.path.rstrip("/"):  # `/` names the endpoint and the console (static: no Host check, no credentials)
         routes.append(Route("/", index_endpoint(settings.http.path, console=admin), methods=["GET", "POST"]))
         public_paths += ("/",)
+    if admin:
+        public_paths += (FAVICON_PATH,)  # an icon, asked for by browsers without credentials
     if settings.http.metrics:
         routes.append(Route(METRICS_PATH, metrics, methods=["GET"]))
         if settings.http.metrics_public:
