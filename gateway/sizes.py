@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["cut_bytes", "json_bytes", "utf8_bytes"]
+__all__ = ["cut_bytes", "json_bytes", "lone_surrogate", "surrogate_refusal", "utf8_bytes"]
 
 
 def utf8_bytes(text: str) -> int:
@@ -28,3 +28,26 @@ def cut_bytes(text: str, limit: int) -> str:
     if len(encoded) <= limit:
         return head
     return encoded[:limit].decode("utf-8", errors="ignore")
+
+
+def lone_surrogate(text: str) -> int | None:
+    """Where `text` holds its first lone UTF-16 surrogate (JSON allows `\\ud800`, UTF-8 does not), or None."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return error.start
+    return None
+
+
+def surrogate_refusal(name: str, text: str) -> str | None:
+    """Why `text`, given as `name`, cannot be written to a file or a database, or None when it can: a
+    sentence for a tool error (plugins check their inputs with it before writing)."""
+    at = lone_surrogate(text)
+    if at is None:
+        return None
+    return (
+        f"{name} holds a lone UTF-16 surrogate (\\u{ord(text[at]):04x}) at character {at}: it is not valid "
+        "Unicode, so it cannot be stored or run; send the text without it"
+    )

@@ -297,6 +297,22 @@ async def test_an_empty_title_is_a_tool_error_naming_the_parameter(notes_dir: Pa
 
 
 @pytest.mark.anyio
+async def test_a_lone_surrogate_in_a_note_is_a_tool_error_naming_the_parameter_and_writes_nothing(
+    notes_dir: Path,
+) -> None:
+    """JSON allows `\\udfff`, a UTF-8 file does not: a clear refusal, not a traceback and "Error executing tool"."""
+    async with Client(create_notes(notes_dir)) as client:
+        in_text = await call(client, "add_note", title="fine", text="x\udfffy")
+        in_title = await call(client, "add_note", title="poison\ud800", text="body")
+        in_tag = await call(client, "add_note", title="fine", text="body", tags=["ok", "\ud800"])
+    assert all(result.is_error for result in (in_text, in_title, in_tag))
+    assert "text holds a lone UTF-16 surrogate (\\udfff) at character 1" in text_of(in_text)
+    assert "title holds a lone UTF-16 surrogate (\\ud800) at character 6" in text_of(in_title)
+    assert "tags[1] holds a lone UTF-16 surrogate" in text_of(in_tag)
+    assert not notes_dir.exists() or list(notes_dir.iterdir()) == []
+
+
+@pytest.mark.anyio
 async def test_concurrent_adds_get_distinct_names_and_leave_no_temp_files(notes_dir: Path) -> None:
     names: list[str] = []
     async with Client(create_notes(notes_dir)) as client:

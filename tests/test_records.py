@@ -14,9 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import mcp_types as types
 import pytest
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from gateway.calls import ToolCall, compose
 from gateway.calls.retry import Retries
@@ -40,6 +43,7 @@ from gateway.router.service import RouterService, build_router
 from gateway.serving.server import GatewayServer
 from gateway.sizes import cut_bytes
 from gateway.upstreams.upstream import UpstreamSpec
+from tests.conftest import NO_EMBEDDINGS, start_gateway_http, stop_process, write_config
 from tests.records_client import (
     SECRET,
     check_cut_records,
@@ -56,6 +60,81 @@ from tests.servers.demo_server import create_server
 pytestmark = pytest.mark.anyio
 
 # ---- what is recorded -------------------------------------------------------------------------
+
+
+class Poisoning(httpx2.AsyncBaseTransport):
+    """An HTTP transport that writes `POISON` in a request's JSON as a lone UTF-16 surrogate, `\\ud800`:
+    JSON allows it, UTF-8 does not (the SDK's client cannot send one; a hand-written client can)."""
+
+    def __init__(self) -> None:
+        self.inner = httpx2.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        body = await request.aread()
+        if b"POISON" in body:
+            headers = [(k, v) for k, v in request.headers.items() if k.lower() != "content-length"]
+            body = body.replace(b"POISON", b"\\ud800 and \\u0000")  # and a NUL, which PostgreSQL refuses
+            request = httpx2.Request(request.method, request.url, headers=headers, content=body)
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_a_result_holding_a_lone_surrogate_costs_no_other_callers_record(tmp_path: Path) -> None:
+    """Over real HTTP: a caller has a lone surrogate echoed between a real SDK client's calls, in the same
+    batches; every call of the good client is on record, and the poisoned ones are stored escaped."""
+    config = write_config(tmp_path / "gateway.yaml", "mcps: {}\n")
+    process, url = start_gateway_http(config, tmp_path, NO_EMBEDDINGS | {"GATEWAY_RECORDS__FLUSH_INTERVAL": "0.2"})
+    good: list[str] = []
+    try:
+        with anyio.fail_after(60):
+            async with (
+                Client(url) as client,
+                httpx2.AsyncClient(transport=Poisoning(), timeout=20) as http,
+                Client(streamable_http_client(url, http_client=http)) as poisoner,
+            ):
+                for i in range(20):
+                    good.append(token_of(await client.call_tool("mem__echo", {"text": f"good {i}"})))
+                    with pytest.raises(MCPError):  # the answer holds the surrogate: the SDK cannot parse it
+                        await poisoner.call_tool("mem__echo", {"text": "POISON"})
+                    await anyio.sleep(0.02)
+    finally:
+        stop_process(process)  # a clean stop flushes what is buffered
+    store = SqliteStore(tmp_path / "data" / "records.sqlite3")
+    names, rows = store.rows("executions")
+    store.close()
+    stored = {row[names.index("id")]: row for row in rows}
+    assert [token for token in good if token not in stored] == []
+    poisoned = [row for token, row in stored.items() if token not in good]
+    assert len(poisoned) == 20
+    summary = poisoned[0][names.index("response_summary")]
+    assert "\\ud800 and \\u0000" in summary, summary
+
+
+def test_a_record_the_store_refuses_is_stored_as_its_summary_and_the_others_of_its_batch_as_they_are(
+    tmp_path: Path,
+) -> None:
+    store = RefusingStore(tmp_path / "r.sqlite3")
+    records = Records(records_settings(batch_size=100), store)
+    kept = [records.record_search(f"q{i}", ["a"], 1.0, session_id=None, client_id=None) for i in range(3)]
+    refused = records.record_search("refuse me", ["a"], 1.0, session_id=None, client_id=None)
+    kept.append(records.record_search("q3", ["a"], 1.0, session_id=None, client_id=None))
+    records.writer.flush()
+    assert (records.writer.written, records.writer.summarized, records.writer.dropped) == (4, 1, 0)
+    names, rows = SqliteStore(tmp_path / "r.sqlite3").rows("searches")
+    queries = {row[names.index("id")]: row[names.index("query")] for row in rows}
+    assert sorted(queries) == sorted([*kept, refused])
+    assert queries[refused].startswith("[not stored: ValueError: a query the test refuses")
+
+
+class RefusingStore(SqliteStore):
+    """A real SQLite store that refuses any batch holding the query 'refuse me' (as a database refuses bad text)."""
+
+    def write(self, batch: Any) -> None:
+        if any(search.query == "refuse me" for search in batch.searches):
+            raise ValueError("a query the test refuses")
+        super().write(batch)
 
 
 async def test_every_call_is_recorded_with_its_status_error_code_and_attempts(tmp_path: Path) -> None:

@@ -129,6 +129,17 @@ async def test_a_write_without_a_valid_token_is_refused_and_changes_nothing(tmp_
     assert count(database, "order_items") == 30
 
 
+async def test_a_lone_surrogate_in_sql_or_a_record_is_refused_naming_where(tmp_path: Path, database: Path) -> None:
+    """No driver can send `\\ud800` (not valid UTF-8): a clear refusal, not a traceback and "Error executing tool"."""
+    async with Client(sql_server(tmp_path, database)) as client:
+        in_sql = await refused(client, "execute_sql", sql="SELECT '\ud800'", dry_run=False)
+        before = count(database, "customers")
+        in_record = await refused(client, "add_records", table="customers", records=[{"name": "a\udfff"}])
+    assert "sql holds a lone UTF-16 surrogate (\\ud800) at character 8" in in_sql, in_sql
+    assert "records[0].name holds a lone UTF-16 surrogate (\\udfff)" in in_record, in_record
+    assert count(database, "customers") == before
+
+
 async def test_a_dry_run_counts_the_rows_changes_nothing_and_its_token_works_once(
     tmp_path: Path, database: Path
 ) -> None:

@@ -31,6 +31,7 @@ __all__ = [
     "refused_summary",
     "shrink",
     "size_estimate",
+    "storable",
     "truncated_arguments",
 ]
 
@@ -46,6 +47,18 @@ _NODE_BYTES = 8
 
 IsSecret = Callable[[str], bool]
 Mask = Callable[[str], str]
+
+
+def storable(text: str) -> str:
+    """`text` as every store can keep it: a lone UTF-16 surrogate (JSON allows one, UTF-8 and so SQLite and
+    PostgreSQL refuse it) as its escape `\\udXXX`, a NUL (PostgreSQL's text refuses it) as `\\u0000`.
+    Applied once, to the cut texts of a row (`rows.py`), so the cost is bounded by the stored limits."""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text.replace("\x00", "\\u0000") if "\x00" in text else text
 
 
 def cut_text(text: str, limit: int, mask: Mask) -> str:

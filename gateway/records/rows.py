@@ -12,11 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
+from pydantic_core import PydanticSerializationError
 
 from gateway.errors import ERROR_META_KEY, GatewayError, UpstreamTimeout
-from gateway.records.cut import cut_text, shrink
+from gateway.records.cut import cut_text, shrink, storable
 from gateway.records.model import FailureRow, PendingExecution, Status
 from gateway.records.redaction import Redactor
+from gateway.sizes import json_bytes
 
 __all__ = ["TOOL_ERROR", "StoredLimits", "execution_rows", "outcome", "summarize"]
 
@@ -88,7 +90,8 @@ def execution_rows(
     pending: PendingExecution, redactor: Redactor, mask: Mask, limits: StoredLimits
 ) -> tuple[ExecutionValues, list[FailureRow]]:
     """The `executions` row (in `store.EXECUTION_COLUMNS` order) and its `failures` rows, every text
-    masked and within its limit."""
+    masked, within its limit and storable (`cut.storable`: a lone surrogate escaped, which may take it up
+    to twice its limit)."""
     status, code = outcome(pending)
     summary, size = None, None
 
@@ -97,7 +100,7 @@ def execution_rows(
 
     if pending.result is not None:
         summary = summarize(pending.result, limits.result_bytes, mask)
-        size = len(pending.result.model_dump_json(by_alias=True, exclude_none=True).encode("utf-8"))
+        size = _result_bytes(pending.result)
     elif pending.error is not None:
         error = pending.error
         summary = cut(error.message if isinstance(error, GatewayError) else type(error).__name__)
@@ -130,4 +133,23 @@ def execution_rows(
         pending.search_id,
         pending.trace_id,
     )
-    return values, failures
+    return storable_values(values), [storable_failure(failure) for failure in failures]
+
+
+def _result_bytes(result: types.CallToolResult) -> int:
+    """The result's size as JSON; a lone surrogate (which pydantic's serializer refuses) counted as 3 bytes."""
+    try:
+        return len(result.model_dump_json(by_alias=True, exclude_none=True).encode("utf-8"))
+    except PydanticSerializationError:
+        return json_bytes(result.model_dump(by_alias=True, mode="json", exclude_none=True))
+
+
+def storable_values(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A row's texts made storable (`cut.storable`), its other values as they are."""
+    return tuple(storable(value) if isinstance(value, str) else value for value in values)
+
+
+def storable_failure(row: FailureRow) -> FailureRow:
+    return FailureRow(
+        row.execution_id, row.seq, row.attempt, storable(row.error_type), storable(row.code), storable(row.details)
+    )

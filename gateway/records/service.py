@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import uuid
@@ -17,11 +18,11 @@ from gateway.calls.chain import ToolCall
 from gateway.config.settings import RecordsSettings, Settings
 from gateway.errors import GatewayError
 from gateway.observability.tracing import current_trace_id
-from gateway.records.cut import refused_summary, size_estimate
+from gateway.records.cut import refused_summary, size_estimate, storable
 from gateway.records.model import FailureRow, PendingExecution, SearchRow
 from gateway.records.recorder import CLIENT_LABEL_NOTE, CLIENT_NOTE, SESSION_NOTE, CallRecorder, trail_keys
 from gateway.records.redaction import Masker, Redactor, no_mask
-from gateway.records.rows import ExecutionValues, StoredLimits, execution_rows
+from gateway.records.rows import ExecutionValues, StoredLimits, execution_rows, outcome, storable_values
 from gateway.records.sqlite import SqliteStore
 from gateway.records.store import Batch, RecordStore
 from gateway.records.trail import SearchTrail
@@ -85,6 +86,7 @@ class Records:
         self.writer = RecordWriter(
             store,
             self._batch,
+            self._summary,
             buffer_size=settings.buffer_size,
             buffer_bytes=settings.buffer_bytes,
             batch_size=settings.batch_size,
@@ -192,12 +194,58 @@ class Records:
         batch = Batch()
         for record in records:
             if isinstance(record, SearchRow):
-                batch.searches.append(record)
+                batch.searches.append(_storable_search(record))
                 continue
             values, failures = self._rows(record) if isinstance(record, PendingExecution) else record
             batch.executions.append(values)
             batch.failures.extend(failures)
         return batch
+
+    def _summary(self, record: Any, reason: str) -> Batch:
+        """What is kept of a record the store refused (the writer's thread): a call's row without its
+        arguments, result summary and failures, the reason in their place; a search without its query."""
+        note = storable(f"[not stored: {reason}]")
+        if isinstance(record, SearchRow):
+            return Batch(searches=[dataclasses.replace(_storable_search(record), query=note, results=())])
+        if isinstance(record, PendingExecution):
+            values = _summary_values(record)
+        else:
+            values, _ = record
+        kept = list(storable_values(values))
+        kept[_ARGUMENTS], kept[_SUMMARY], kept[_SIZE] = None, note, None
+        return Batch(executions=[tuple(kept)])
+
+
+_ARGUMENTS, _SUMMARY, _SIZE = 6, 7, 8
+"""Positions in `store.EXECUTION_COLUMNS`: arguments, response_summary, response_size."""
+
+
+def _summary_values(record: PendingExecution) -> ExecutionValues:
+    """A call's row from its plain fields alone (nothing of its arguments, result or errors)."""
+    status, code = outcome(record)
+    return (
+        record.id,
+        record.at,
+        record.server,
+        record.tool,
+        record.session_id,
+        record.client_id,
+        None,
+        None,
+        None,
+        round(record.latency_ms, 3),
+        status,
+        code,
+        record.attempts,
+        record.search_id,
+        record.trace_id,
+    )
+
+
+def _storable_search(row: SearchRow) -> SearchRow:
+    """A search row with its texts storable (`cut.storable`)."""
+    query = storable(row.query) if row.query is not None else None
+    return dataclasses.replace(row, query=query, results=tuple(storable(tool) for tool in row.results))
 
 
 def _time_of(record: Any) -> float | None:

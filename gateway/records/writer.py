@@ -5,7 +5,11 @@ every `flush_interval` seconds, or as soon as `batch_size` records or half of
 `buffer_bytes` wait, in one transaction. The buffer is bounded twice: in records (`buffer_size`) and in bytes
 (`buffer_bytes`, each record weighed by its submitter, roughly what it holds). When
 either is full, or the store fails, records are dropped: the count is
-`RecordWriter.dropped`, and a warning says so at most once a minute. The buffer counts
+`RecordWriter.dropped`, and a warning says so at most once a minute. A batch the store refuses
+is written again one record at a time, so one record that cannot be stored costs no other: it
+is stored as its summary with the reason (`to_summary`, counted in `RecordWriter.summarized`), or
+dropped when even that fails, and the records after it are still written unless the store itself
+is failing (a summary refused too). The buffer counts
 the batch being written too, so a process killed at any moment loses at most
 `buffer_size` records, at most `flush_interval` seconds old (plus a flush's own duration).
 Records older than `retention_days` are deleted hourly.
@@ -32,6 +36,8 @@ DROP_LOG_EVERY = 60.0
 """Seconds between two warnings about dropped records."""
 
 ToBatch = Callable[[Sequence[Any]], Batch]
+ToSummary = Callable[[Any, str], Batch]
+"""One record as the least that can be kept of it, with why the whole could not be stored."""
 
 
 class RecordWriter:
@@ -41,6 +47,7 @@ class RecordWriter:
         self,
         store: RecordStore,
         to_batch: ToBatch,
+        to_summary: ToSummary,
         *,
         buffer_size: int,
         buffer_bytes: int,
@@ -50,11 +57,14 @@ class RecordWriter:
     ) -> None:
         self.store = store
         self.to_batch = to_batch
+        self.to_summary = to_summary
         self.buffer_size, self.buffer_bytes, self.batch_size = buffer_size, buffer_bytes, batch_size
         self.flush_interval, self.retention_days = flush_interval, retention_days
         self.dropped = 0
         """Records lost so far: buffer full, or the store failed to take them."""
         self.written = 0
+        self.summarized = 0
+        """Records the store refused as they were, stored as their summary with the reason instead."""
         self._buffer: list[Any] = []
         self._taken: list[Any] = []
         """The records of the flush under way (written or not yet)."""
@@ -67,6 +77,7 @@ class RecordWriter:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._last_drop_log = -DROP_LOG_EVERY
+        self._last_summary_log = -DROP_LOG_EVERY
         self._dropped_unlogged = 0
         self._next_retention = 0.0
 
@@ -163,12 +174,11 @@ class RecordWriter:
                     chunk = taken[start : start + self.batch_size]
                     try:
                         self.store.write(self.to_batch(chunk))
-                    except RecordsError as error:
-                        self.lost(len(taken) - start, f"the store failed: {error}")
-                        return
-                    except Exception:  # boundary: a bug in turning records into rows must not stop recording
-                        logger.exception("records: could not write a batch")
-                        self.lost(len(chunk), "a batch could not be written")
+                    except Exception as error:  # noqa: BLE001 - boundary: one bad record must not cost the batch
+                        logger.debug("records: a batch was refused; writing its records one by one", exc_info=True)
+                        if not self._write_one_by_one(chunk):
+                            self.lost(len(taken) - start - len(chunk), f"the store failed: {_reason(error)}")
+                            return
                     else:
                         self.written += len(chunk)
                     finally:
@@ -180,6 +190,37 @@ class RecordWriter:
                     self._in_flight = 0
                     self._taken = []
                     self._bytes = sum(self._sizes)
+
+    def _write_one_by_one(self, chunk: Sequence[Any]) -> bool:
+        """Write a refused batch's records one at a time: a record the store refuses goes as its summary
+        with the reason. False when a summary is refused too (the store itself fails): the record and the
+        rest of the chunk are counted lost, and the caller stops."""
+        for index, record in enumerate(chunk):
+            try:
+                self.store.write(self.to_batch([record]))
+            except Exception as error:  # noqa: BLE001 - boundary: this record is bad; keep what can be kept of it
+                reason = _reason(error)
+                try:
+                    self.store.write(self.to_summary(record, reason))
+                except Exception as summary_error:  # boundary: the store itself refuses; count, never raise
+                    if not isinstance(summary_error, RecordsError):
+                        logger.exception("records: could not write a record's summary")
+                    self.lost(len(chunk) - index, f"the store failed: {_reason(summary_error)}")
+                    return False
+                with self._wake:
+                    self.summarized += 1
+                    quiet = time.monotonic() - self._last_summary_log < DROP_LOG_EVERY
+                    if not quiet:
+                        self._last_summary_log = time.monotonic()
+                if not quiet:
+                    logger.warning(
+                        "records: a record could not be stored as it was; its summary was (%d so far): %s",
+                        self.summarized,
+                        reason,
+                    )
+            else:
+                self.written += 1
+        return True
 
     def lost(self, count: int, reason: str) -> None:
         """Count records lost: the store failed, or they could not be made."""
@@ -211,3 +252,9 @@ class RecordWriter:
             return
         if deleted:
             logger.info("records: deleted %d execution(s) older than %g days", deleted, self.retention_days)
+
+
+def _reason(error: BaseException) -> str:
+    """An error as one short line, for a summary row and a log line."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    return f"{type(error).__name__}: {text}"[:300]

@@ -46,6 +46,7 @@ from pydantic import BaseModel, Field
 
 from gateway.config.settings import Settings
 from gateway.hookspecs import RegisterServer, hookimpl
+from gateway.sizes import surrogate_refusal
 
 __all__ = [
     "Note",
@@ -416,6 +417,9 @@ def create_server(directory: Path, database_url: str | None = None) -> NotesServ
         """
         if not title.strip():
             raise ToolError("title must not be empty; give the note a short title such as 'Groceries'")
+        for name, value in [("title", title), ("text", text)] + [(f"tags[{i}]", tag) for i, tag in enumerate(tags)]:
+            if (refusal := surrogate_refusal(name, value)) is not None:
+                raise ToolError(refusal)  # a file holds UTF-8: it could not be written, nor read back
         note = await anyio.to_thread.run_sync(store.add, title, text, tags)
         await _announce_resources_changed(ctx)
         return _structured(f"Added note {note.name!r} ({note.uri}).", NoteSummary.of(note))

@@ -17,6 +17,8 @@ from typing import Any
 
 import anyio.to_thread
 
+from gateway.sizes import surrogate_refusal
+
 from .classify import Classified, classify
 from .database import Database
 from .records import find_table, prepare_records
@@ -128,6 +130,8 @@ class SqlService:
     ) -> tuple[str, ExecuteResult]:
         timeout = self.limits.timeout(timeout_ms)
         rows = self.limits.rows(max_rows)
+        if (refusal := surrogate_refusal("sql", sql)) is not None:
+            raise SqlRefusal(refusal)  # neither database driver can send it (UTF-8)
         classified = self.classify(sql)
         if classified.is_read:
             return await self._read(classified, dry_run=dry_run, timeout=timeout, max_rows=rows)
@@ -237,6 +241,12 @@ class SqlService:
     async def add_records(self, table_name: str, records: Sequence[Mapping[str, Any]]) -> tuple[str, InsertResult]:
         if self.database.read_only:
             raise SqlRefusal("the database is configured read_only: add_records is refused")
+        for index, record in enumerate(records):
+            for column, value in record.items():
+                name = f"records[{index}].{column}"
+                for text, what in ((column, f"the column name {name}"), (value, name)):
+                    if isinstance(text, str) and (refusal := surrogate_refusal(what, text)) is not None:
+                        raise SqlRefusal(refusal)
         schema = await self.schema()
         table = find_table(schema, table_name)
         prepared = prepare_records(table, records)
