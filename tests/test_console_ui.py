@@ -355,6 +355,36 @@ def test_without_javascript_the_pages_are_plain_forms_and_links(console: Console
         assert "Live tail needs JavaScript" in calls
 
 
+def test_without_auth_cookie_less_requests_share_one_loopback_session_and_one_login_row(tmp_path: Path) -> None:
+    """A loop of console requests without a cookie (the probe made 2,000) opens one session, audited once."""
+    config = write_config(
+        tmp_path / "gateway.yaml", f"mcps:\n  child: {{command: {sys.executable}, args: ['{DEMO_SERVER}', stdio]}}\n"
+    )
+    process, url = start_gateway_http(config, tmp_path, NO_EMBEDDINGS)
+    try:
+        base = url.removesuffix("/mcp")
+        sessions = set()
+        for _ in range(30):
+            with httpx2.Client(base_url=base, timeout=10) as http:  # a new client: no cookie
+                page = http.get("/admin")
+                assert page.status_code == 200
+                sessions.add(http.cookies["mcp_gateway_admin"])
+        assert len(sessions) == 1
+        with httpx2.Client(base_url=base, timeout=10) as http:
+            stale = {"cookie": "mcp_gateway_admin=from-a-gateway-since-restarted"}
+            page = http.get("/admin/servers/child", headers=stale)  # gets the session too, for its forms
+            assert re.search(r'name="csrf" value="([^"]+)"', page.text), "its forms carry a token"
+            assert page.cookies["mcp_gateway_admin"] in sessions
+        audit = sqlite3.connect(tmp_path / "data" / "records.sqlite3")
+        try:
+            logins = audit.execute("SELECT principal FROM audit WHERE action = 'login'").fetchall()
+        finally:
+            audit.close()
+        assert logins == [("local",)]
+    finally:
+        stop_process(process)
+
+
 def test_without_auth_the_console_opens_on_loopback_with_a_session_for_its_forms(tmp_path: Path) -> None:
     config = write_config(
         tmp_path / "gateway.yaml", f"mcps:\n  child: {{command: {sys.executable}, args: ['{DEMO_SERVER}', stdio]}}\n"

@@ -9,7 +9,10 @@
   HttpOnly, SameSite=Strict cookie on `/admin` (Secure over https), mapped to the principal
   until it expires (`SESSION_SECONDS`) or the user logs out: in memory (a restart ends every
   session), or with a database in the deployment's shared table (`gateway.state.sessions`), so a
-  login on one replica holds on all and survives restarts.
+  login on one replica holds on all and survives restarts. Without `auth:` there is one loopback
+  session (`local_session`), opened and audited once and given to every loopback browser without
+  one: any loopback caller is the admin anyway, and a session per cookie-less request let a loop
+  fill the memory and bury the audit trail under "login" rows.
 - CSRF: a state-changing request authenticated by the cookie must carry the session's token
   (form field `csrf` or header `X-CSRF-Token`). One with an `Authorization` header needs
   none: a browser never adds that header to a cross-site request without a CORS preflight,
@@ -60,6 +63,7 @@ __all__ = [
     "console_for",
     "console_of",
     "csrf_token",
+    "has_session",
     "login",
     "logout",
     "require_admin",
@@ -111,6 +115,8 @@ class AdminConsole:
     sessions: dict[str, AdminSession] = field(default_factory=dict)
     authenticator: Authenticator | None = None
     switches: ToolSwitches | None = None
+    local_session: str | None = None
+    """Without authentication: the id of the one loopback session (`login`)."""
 
     shared: SharedSessions | None = None
     """The deployment's sessions (a database is configured), else None: this process's only."""
@@ -278,6 +284,10 @@ async def login(request: Request, key: str) -> tuple[Principal, str]:
     key = (key or "").strip()
     if console.authenticator is None:
         _open_console(request, console)
+        shared = console.session(console.local_session)
+        if shared is not None:  # the one loopback session: given again, not opened (nor audited) again
+            request.scope[_SESSION_KEY] = shared
+            return LOCAL, shared.id
         principal = LOCAL
     else:
         if not key:
@@ -294,17 +304,22 @@ async def login(request: Request, key: str) -> tuple[Principal, str]:
                 f"The key {principal.name!r} is valid but not an admin key: set `admin: true` on it in auth.api_keys.",
             )
     session = console.open_session(principal)
+    if principal is LOCAL:
+        console.local_session = session.id
     request.scope[_SESSION_KEY] = session
     await audit(console.gateway, principal, "login", None, "ok")
     return principal, session.id
 
 
 def session_cookie(response: Response, session_id: str, request: Request) -> None:
-    """Set the session cookie: HttpOnly, SameSite=Strict, Path=/admin, Secure over https."""
+    """Set the session cookie: HttpOnly, SameSite=Strict, Path=/admin, Secure over https, until the
+    session expires (the shared loopback session may be hours old)."""
+    session = console_of(request).sessions.get(session_id)
+    left = SESSION_SECONDS if session is None else max(int(session.expires - time.time()), 1)
     response.set_cookie(
         SESSION_COOKIE,
         session_id,
-        max_age=SESSION_SECONDS,
+        max_age=left,
         path=ADMIN_PREFIX,
         secure=request.url.scheme == "https",
         httponly=True,
@@ -324,6 +339,11 @@ async def logout(request: Request, response: Response) -> None:
     response.delete_cookie(
         SESSION_COOKIE, path=ADMIN_PREFIX, secure=request.url.scheme == "https", httponly=True, samesite="strict"
     )
+
+
+def has_session(request: Request) -> bool:
+    """Whether the request carries a live browser session (a stale cookie is none)."""
+    return _session(request) is not None
 
 
 def _session(request: Request) -> AdminSession | None:

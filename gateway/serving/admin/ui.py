@@ -133,8 +133,8 @@ def _page(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
             principal = access.require_admin(request)
         except access.AdminRefused as refused:
             return _refused(request, refused)
-        if principal is access.LOCAL and not request.cookies.get(access.SESSION_COOKIE):
-            # No authentication (loopback only): the browser gets a session at once, for its CSRF token.
+        if principal is access.LOCAL and not access.has_session(request):
+            # No authentication (loopback only): the browser gets the loopback session at once, for its CSRF token.
             _, session_id = await access.login(request, "")
             response = await handler(request, principal)
             access.session_cookie(response, session_id, request)
