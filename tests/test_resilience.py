@@ -24,6 +24,7 @@ import anyio
 import mcp_types as types
 import pytest
 from mcp import Client
+from mcp.shared.exceptions import MCPError
 
 from gateway.calls import compose
 from gateway.calls.breaker import CircuitBreaker, CircuitBreakers, refusal
@@ -540,6 +541,59 @@ async def test_under_load_a_sigkilled_stdio_server_serves_again_within_5_s_of_it
     assert all(seconds < 5.0 for seconds in recoveries), recoveries
     later = [ok for started, _ended, ok in outcomes if window <= started < window + 2.0]
     assert len(later) > 50 and all(later), (len(later), later.count(False))  # no breaker holds it back
+
+
+async def test_calls_racing_a_sigkilled_servers_restart_never_get_a_json_rpc_internal_error(tmp_path: Path) -> None:
+    """8 sessions call a tool 10 times a second each while the child is SIGKILLed. A grandchild in its own
+    session holds the child's stderr open for a while (the gateway waits up to 0.5 s to read its last
+    lines), so calls keep coming while the dead child's SDK client is closed: each is retried or an error
+    result with its code, never a JSON-RPC error (the closed client's RuntimeError reached clients as -32603)."""
+    pid_file = tmp_path / "child.pid"
+    demo_child = f"{sys.executable} {DEMO_SERVER} stdio --name child --pid-file {pid_file}"
+    script = f"setsid sleep 2 </dev/null >/dev/null & exec {demo_child}"
+    config = write_config(
+        tmp_path / "gateway.yaml", f"mcps:\n  child:\n    command: sh\n    args: {json.dumps(['-c', script])}\n"
+    )
+    # No breaker: every call of the window reaches the upstream (an open breaker refuses most of them).
+    process, url = start_gateway_http(config, tmp_path, {"GATEWAY_RESILIENCE__BREAKER_FAILURES": "1000000"})
+    calls: list[bool] = []  # succeeded
+    json_rpc_errors: list[str] = []
+    stop = anyio.Event()
+
+    async def session() -> None:
+        async with Client(url) as client:
+            while not stop.is_set():
+                started = time.monotonic()
+                try:
+                    result = await client.call_tool("child__echo", {"text": "hi"})
+                except MCPError as error:
+                    json_rpc_errors.append(f"{error.error.code}: {error.error.message}")
+                else:
+                    calls.append(not result.is_error)
+                    if result.is_error:  # a gateway-made error a model can act on, with its code
+                        assert isinstance((result.meta or {}).get(ERROR_META_KEY, {}).get("code"), str), result
+                await anyio.sleep(max(0.0, 0.1 - (time.monotonic() - started)))
+
+    async def served(count: int) -> None:
+        since = len(calls)
+        with anyio.fail_after(20):
+            while calls[since:].count(True) < count:
+                await anyio.sleep(0.02)
+
+    try:
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                for _ in range(8):
+                    tg.start_soon(session)
+                pid = await _new_pid(pid_file, None)
+                await served(8)
+                os.kill(pid, signal.SIGKILL)
+                await _new_pid(pid_file, pid)
+                await served(8)  # serving again
+                stop.set()
+    finally:
+        stop_process(process)
+    assert json_rpc_errors == []
 
 
 # ---- the circuit breaker's recovery ----------------------------------------------------------------

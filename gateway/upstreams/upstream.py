@@ -319,36 +319,44 @@ class Upstream:
         """Connect, list, then serve until stopped or closed. Returns whether it connected."""
         async with session as client:
             self._client = client
-            self.protocol_version = client.protocol_version
-            self.server_info = client.server_info
-            self.instructions = client.instructions
-            self.listing = await self._fetch_listing(client)
-            self.on_demand.save_listing(self.listing)
-            self.on_demand.touch()
-            scope.deadline = math.inf
-            connected = True
-            self.sessions += 1
-            self.connect_ms = (time.perf_counter() - started) * 1000
-            await self._set_state("ready", None)
-            # Announce the listing before marking the attempt settled, so that a request
-            # waiting for start-up sees this server's items.
-            await self.events.listing_changed(self)
-            self._ready.set()
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._refresh_worker, client)
-                if self.health_interval > 0:
-                    tg.start_soon(self._health_worker, client)
-                if self.protocol_version in MODERN_PROTOCOL_VERSIONS:
-                    self.subscriptions.listening = True
-                    tg.start_soon(self.subscriptions.listen, client)
-                with anyio.CancelScope() as watch:
-                    tg.start_soon(cancel_when, self._stop, watch)
-                    tg.start_soon(cancel_when, self._closed, watch)
-                    if self.on_demand.enabled:
-                        tg.start_soon(self.on_demand.idle_worker, watch)
-                    await anyio.sleep_forever()
-                tg.cancel_scope.cancel()
-        return connected
+            try:
+                return await self._serve_connected(client, scope, started)
+            finally:
+                # Before the client closes (a stdio child's exit can take a while): a request from now on is
+                # refused as `upstream_unavailable` and retried, never sent to a client being closed.
+                self._client = None
+
+    async def _serve_connected(self, client: Client, scope: anyio.CancelScope, started: float) -> bool:
+        """Serve one connected client until stopped or closed (`_serve_client`)."""
+        self.protocol_version = client.protocol_version
+        self.server_info = client.server_info
+        self.instructions = client.instructions
+        self.listing = await self._fetch_listing(client)
+        self.on_demand.save_listing(self.listing)
+        self.on_demand.touch()
+        scope.deadline = math.inf
+        self.sessions += 1
+        self.connect_ms = (time.perf_counter() - started) * 1000
+        await self._set_state("ready", None)
+        # Announce the listing before marking the attempt settled, so that a request
+        # waiting for start-up sees this server's items.
+        await self.events.listing_changed(self)
+        self._ready.set()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._refresh_worker, client)
+            if self.health_interval > 0:
+                tg.start_soon(self._health_worker, client)
+            if self.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                self.subscriptions.listening = True
+                tg.start_soon(self.subscriptions.listen, client)
+            with anyio.CancelScope() as watch:
+                tg.start_soon(cancel_when, self._stop, watch)
+                tg.start_soon(cancel_when, self._closed, watch)
+                if self.on_demand.enabled:
+                    tg.start_soon(self.on_demand.idle_worker, watch)
+                await anyio.sleep_forever()
+            tg.cancel_scope.cancel()
+        return True
 
     def _make_client(self, errlog: TextIO | None) -> Client:
         spec = self.spec
@@ -414,8 +422,11 @@ class Upstream:
         return self._client.server_capabilities if self._client is not None else None
 
     def eta(self) -> float:
-        """Seconds until this server may be connected again: 0 if it is or is connecting, inf if never."""
+        """Seconds until this server may be connected again: 0 if it is or is connecting (or its dead
+        session is being closed: `_client` already withdrawn, the state not yet changed), inf if never."""
         if self.connected or self.state in ("starting", "idle"):
+            return 0.0
+        if self.state in CONNECTED_STATES and not self._stop.is_set():
             return 0.0
         if self.retry_at is not None and not self._stop.is_set():
             return max(0.0, (self.retry_at - datetime.now(UTC)).total_seconds())
@@ -583,6 +594,15 @@ class Upstream:
                 if gone:
                     self._closed.set()
                 raise error from None
+            except RuntimeError:
+                if client is self._client and _is_open(client):
+                    raise  # the SDK's own complaint about this request (a result not matching its schema…)
+                # The supervisor closed this client (a crash, a restart, a stop) before the request went out.
+                raise UpstreamUnavailable(
+                    f"Server {self.id!r} was restarting when {operation} was sent; the request did not reach it.",
+                    server=self.id,
+                    sent=False,
+                ) from None
             except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
                 self._check_login(operation)
                 self._closed.set()
@@ -602,6 +622,15 @@ class Upstream:
         down = token_endpoint_error(self.id, self._auth, operation)
         if down is not None:  # the session is still good: the next request refreshes again
             raise down
+
+
+def _is_open(client: Client) -> bool:
+    """Whether the SDK client is still inside its context (its `session` raises once it has closed)."""
+    try:
+        client.session  # noqa: B018 - the property is the check
+    except RuntimeError:
+        return False
+    return True
 
 
 def restart_delay(failures: int) -> float:
