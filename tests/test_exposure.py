@@ -222,6 +222,37 @@ async def test_route_returns_the_top_k_in_mcp_and_openai_form_with_pinned_tools(
         stop_process(process)
 
 
+def _peak_rss_mb(pid: int) -> float:
+    """A process's peak resident memory (VmHWM), in MB."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1]) / 1024
+
+
+async def test_a_1_mb_request_is_cut_to_max_query_chars_before_it_is_ranked(tmp_path: Path) -> None:
+    """`POST /route` and `search_tools` with a 1 MB request (under the 4 MiB body limit), while a real SDK
+    client keeps calling: the request is cut before any work, it is ranked, and the memory stays bounded."""
+    huge = "please add two integers for me " * 34_000  # 1.05 MB
+    process, url = start_gateway_http(_http_config(tmp_path), tmp_path, {"GATEWAY_ROUTING__MODE": "search"})
+    route = url.removesuffix("/mcp") + "/route"
+    try:
+        with anyio.fail_after(120):
+            async with Client(url) as client, httpx2.AsyncClient(timeout=60) as http:
+                assert not (await client.call_tool("search_tools", {"query": "add two integers"})).is_error
+                baseline = _peak_rss_mb(process.pid)
+                for _ in range(3):
+                    response = await http.post(route, json={"query": huge, "k": 2})
+                    assert response.status_code == 200, response.text
+                    body = response.json()
+                    assert len(body["query"]) <= 4_000 and huge.startswith(body["query"])
+                    assert body["tools"][0]["name"] == "mem__add"
+                    found = await client.call_tool("search_tools", {"query": huge, "limit": 2})
+                    assert (found.structured_content or {})["tools"][0]["name"] == "mem__add"
+                grown = _peak_rss_mb(process.pid) - baseline
+    finally:
+        stop_process(process)
+    assert grown < 300, f"peak RSS grew by {grown:.0f} MB"
+
+
 async def test_an_http_client_may_ask_for_another_mode_on_the_url_but_not_an_unknown_one(tmp_path: Path) -> None:
     process, url = start_gateway_http(_http_config(tmp_path), tmp_path)
     try:

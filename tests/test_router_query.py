@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.router.query import compact_query
+from gateway.router.query import compact_query, cut_query
 
 
 @pytest.mark.parametrize(
@@ -38,3 +38,11 @@ def test_cjk_text_is_kept_and_paths_in_it_are_compacted() -> None:
 def test_a_request_of_stopwords_only_is_left_as_written() -> None:
     assert compact_query("  what is this  ") == "what is this"
     assert compact_query("/") == "/"
+
+
+def test_a_request_is_cut_to_its_limit_at_a_space_and_a_short_one_is_only_stripped() -> None:
+    assert cut_query("  add two integers  ", 100) == "add two integers"
+    long = "add two integers " * 1_000
+    cut = cut_query(long, 100)
+    assert len(cut) <= 100 and long.startswith(cut + " ") and cut.endswith("add two")  # a whole word last
+    assert cut_query("x" * 1_000_000, 100) == "x" * 100  # no space: cut at the limit

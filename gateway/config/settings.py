@@ -273,6 +273,15 @@ class RoutingSettings(BaseModel):
     )
     pinned: list[str] = Field(default_factory=list, description="Exposed tool names always listed and returned.")
     search_timeout: float = Field(default=5.0, gt=0, description="Seconds a search_tools call may take.")
+    max_query_chars: int = Field(
+        default=4_000,
+        ge=100,
+        le=1_000_000,
+        description=(
+            "Characters of a search_tools or POST /route request that are ranked; the rest is cut before any "
+            "work (the model reads 64 word pieces of it anyway), so a huge request costs what a long one does."
+        ),
+    )
     dynamic_max_tools: int = Field(
         default=32, ge=1, le=500, description="dynamic mode: most tools a session's list grows to (least recent out)."
     )

@@ -24,7 +24,7 @@ import re
 
 from gateway.router.bm25 import STOPWORDS
 
-__all__ = ["compact_query"]
+__all__ = ["compact_query", "cut_query"]
 
 _URL = re.compile(r"\b(?:https?|ftp|file|s3|gs)://[^\s<>\"']+|\bwww\.[^\s<>\"']+", re.IGNORECASE)
 _EMAIL = re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
@@ -41,6 +41,17 @@ _EXTENSION = re.compile(r"\.([A-Za-z][A-Za-z0-9]{0,7})$")
 
 _FILLER = frozenset({"kindly", "i'm", "i'd", "i'll", "i've", "let's", "can't", "don't", "it's", "that's"})
 """Contractions and request filler, beside `STOPWORDS`."""
+
+
+def cut_query(text: str, limit: int) -> str:
+    """`text` stripped and within `limit` characters, cut at the last space before it when there is one,
+    so a request's cost is bounded before anything reads it (`routing.max_query_chars`)."""
+    text = text.strip() if len(text) <= limit * 2 else text[: limit * 2].strip()
+    if len(text) <= limit:
+        return text
+    head = text[:limit]
+    space = head.rfind(" ")
+    return (head[:space] if space > limit // 2 else head).rstrip()
 
 
 def _split_trailing(text: str) -> tuple[str, str]:

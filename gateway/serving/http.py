@@ -36,6 +36,7 @@ from gateway.observability.metrics import CONTENT_TYPE
 from gateway.observability.tracing import TraceContextMiddleware
 from gateway.observability.tracing import enabled as tracing_enabled
 from gateway.records.feedback import feedback_endpoint
+from gateway.router.query import cut_query
 from gateway.security.auth import Authenticator
 from gateway.security.http_guard import PUBLIC_PATHS, SecurityMiddleware, principal_in
 from gateway.security.reachability import no_auth_refusal
@@ -89,9 +90,10 @@ async def route_endpoint(gateway: GatewayServer, request: Request) -> Response:
         return _bad_request("`query` must be a non-empty string.")
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 50:
         return _bad_request(f"`k` must be an integer from 1 to 50; got {k!r}.")
+    query = cut_query(query, gateway.settings.routing.max_query_chars)
     principal = principal_in(request)
     try:
-        hits = await gateway.tools.search(query.strip(), k, principal)
+        hits = await gateway.tools.search(query, k, principal)
     except GatewayError as exc:
         return JSONResponse({"error": exc.message}, status_code=503)
     catalog = gateway.registry.catalog.tools
@@ -111,7 +113,7 @@ async def route_endpoint(gateway: GatewayServer, request: Request) -> Response:
         for tool, score, is_pinned in ranked + pinned
     ]
     openai = [openai_function(tool) for tool, _, _ in ranked + pinned]
-    answer: dict[str, Any] = {"query": query.strip(), "k": k, "tools": tools, "openai": openai}
+    answer: dict[str, Any] = {"query": query, "k": k, "tools": tools, "openai": openai}
     if hints:
         answer.update(no_tool_fits=True, message=NO_TOOL_FITS, hints=hints)
     return JSONResponse(answer)

@@ -34,6 +34,7 @@ from gateway.records.recorder import CLIENT_LABEL_NOTE, CLIENT_NOTE, SESSION_NOT
 from gateway.registry import Registry
 from gateway.relay import Interactions, connection_of
 from gateway.router.base import SearchHit
+from gateway.router.query import cut_query
 from gateway.router.service import RouterService
 from gateway.security.http_guard import current_principal, forwardable_token, principal_in
 from gateway.security.limits import cap_result
@@ -218,6 +219,7 @@ class ToolHandlers:
             query, limit = parse_search_arguments(params.arguments, self.settings.routing.k)
         except ArgumentError as exc:
             return error_result(InvalidArguments(str(exc)))
+        query = cut_query(query, self.settings.routing.max_query_chars)
         session_id, _ = self.callers.of(ctx, stateless=self.stateless())
         principal, usable = principal_in(ctx.request), self.tasks.usable(ctx)
         hits = await self.search(query, limit, principal, session_id=session_id, usable=usable)
@@ -257,6 +259,7 @@ class ToolHandlers:
         """
         if self.router is None:
             raise GatewayError("Tool search is not available on this gateway.")
+        query = cut_query(query, self.settings.routing.max_query_chars)  # before any work proportional to it
         started = time.perf_counter()
         tools = self.registry.catalog.tools
         shown = {n for n in visible_names(principal, tools) if usable is None or usable(tools[n].item)}
