@@ -9,9 +9,12 @@ import sys
 import time
 from pathlib import Path
 
+import anyio
+import anyio.abc
 import httpx2
 import mcp_types as types
 import pytest
+from mcp import Client
 
 from gateway.serving.http import bind_socket
 from tests.conftest import NO_EMBEDDINGS, REPO, start_gateway_http, stop_process, write_config
@@ -246,5 +249,93 @@ def test_a_short_sdk_script_that_adds_a_note_and_closes_prints_only_its_result(t
             assert done.returncode == 0, done.stderr
             assert done.stdout.startswith("Added note 'groceries"), done.stdout
             assert done.stderr == "", done.stderr
+    finally:
+        stop_process(process)
+
+
+# ---- connection hygiene (gateway/serving/connections.py) --------------------------------------
+
+
+async def _open(port: int, count: int, first_bytes: bytes) -> list[anyio.abc.SocketStream]:
+    streams = []
+    for _ in range(count):
+        stream = await anyio.connect_tcp("127.0.0.1", port)
+        if first_bytes:
+            await stream.send(first_bytes)
+        streams.append(stream)
+    return streams
+
+
+async def _answer_then_close(stream: anyio.abc.SocketStream) -> bytes:
+    """What the gateway sends before it closes the connection (b"" for a plain close)."""
+    received = b""
+    try:
+        while True:
+            received += await stream.receive()
+    except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionResetError):
+        return received
+    finally:
+        await stream.aclose()
+
+
+def _open_fds(pid: int) -> int:
+    return len(list(Path(f"/proc/{pid}/fd").iterdir()))
+
+
+@pytest.mark.anyio
+async def test_slow_and_silent_connections_are_closed_within_the_header_timeout_while_a_client_is_served(
+    tmp_path: Path,
+) -> None:
+    """300 connections that send nothing and 300 that send half a request's headers (as the probe did):
+    each is answered 408 and closed after `header_timeout`, while a real SDK client keeps calling."""
+    env = NO_EMBEDDINGS | {"GATEWAY_HTTP__HEADER_TIMEOUT": "2", "GATEWAY_HTTP__MAX_CONNECTIONS_PER_CLIENT": "2000"}
+    process, url = start_gateway_http(write_config(tmp_path / "gw.yaml", "mcps: {}\n"), tmp_path, env)
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    half = b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: appl"
+    served: list[bool] = []
+    try:
+        with anyio.fail_after(90):
+            async with Client(url) as client:
+                baseline = _open_fds(process.pid)
+                slow = await _open(port, 300, b"") + await _open(port, 300, half)
+                opened = time.monotonic()
+                async with anyio.create_task_group() as tg:
+                    answers: list[bytes] = []
+
+                    async def watch(stream: anyio.abc.SocketStream) -> None:
+                        answers.append(await _answer_then_close(stream))
+
+                    for stream in slow:
+                        tg.start_soon(watch, stream)
+                    while len(answers) < len(slow):
+                        result = await client.call_tool("mem__echo", {"text": "still served"})
+                        served.append(not result.is_error)
+                        await anyio.sleep(0.1)
+                closed_after = time.monotonic() - opened
+                assert all(served) and len(served) > 5
+                assert all(answer.startswith(b"HTTP/1.1 408 ") for answer in answers), {a[:40] for a in answers}
+                with anyio.fail_after(10):
+                    while _open_fds(process.pid) > baseline + 10:  # the server's side is closed too
+                        await anyio.sleep(0.05)
+    finally:
+        stop_process(process)
+    print(f"600 slow connections closed after {closed_after:.1f} s (header_timeout 2 s)")
+
+
+@pytest.mark.anyio
+async def test_one_address_holds_at_most_max_connections_per_client(tmp_path: Path) -> None:
+    env = NO_EMBEDDINGS | {"GATEWAY_HTTP__MAX_CONNECTIONS_PER_CLIENT": "20"}
+    process, url = start_gateway_http(write_config(tmp_path / "gw.yaml", "mcps: {}\n"), tmp_path, env)
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    try:
+        with anyio.fail_after(60):
+            held = await _open(port, 20, b"")
+            [refused] = await _open(port, 1, b"")
+            answer = await _answer_then_close(refused)
+            assert answer.startswith(b"HTTP/1.1 503 ") and b"http.max_connections_per_client" in answer
+            for stream in held:
+                await stream.aclose()
+            async with Client(url) as client:  # freed: a client is served again
+                assert not (await client.call_tool("mem__echo", {"text": "back"})).is_error
     finally:
         stop_process(process)

@@ -138,6 +138,30 @@ class HttpSettings(BaseModel):
             "closes (2026-07-28 clients have no sessions and are not counted)."
         ),
     )
+    header_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        description=(
+            "Seconds a connection may take to send a request's headers (its first, or the next one after a "
+            "response) before it is answered 408 and closed: a slow or silent client holds no connection."
+        ),
+    )
+    idle_timeout: float = Field(
+        default=5.0,
+        gt=0,
+        le=3600,
+        description="Seconds a keep-alive connection may sit idle between requests before it is closed.",
+    )
+    max_connections_per_client: int = Field(
+        default=256,
+        ge=1,
+        le=1_000_000,
+        description=(
+            "Most connections one address holds at once; a new one beyond it is answered 503 and closed. "
+            "Behind a proxy every client has the proxy's address: raise it there, and cap at the proxy."
+        ),
+    )
     response_mode: Literal["auto", "sse"] = Field(
         default="auto",
         description=(

@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
+from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from gateway.config.settings import Settings
 from gateway.errors import GatewayError
@@ -45,6 +46,7 @@ from gateway.serving.admin.access import ADMIN_PREFIX, with_console
 from gateway.serving.admin.api import api_routes
 from gateway.serving.admin.ui import FAVICON_PATH, close_console, ui_routes
 from gateway.serving.connect import CALLBACK_PATH, Connector, connect_routes
+from gateway.serving.connections import guarded_protocol
 from gateway.serving.deferred_responses import deferring_http_app
 from gateway.serving.drain import Drain
 from gateway.serving.exposure import NO_TOOL_FITS, openai_function, tool_payload, unknown_mode
@@ -348,7 +350,18 @@ async def serve_http(
     app = drain = Drain(build_http_app(gateway, settings))  # SIGTERM: readiness false, refuse new, finish
     # JSON logs: uvicorn's records go through the gateway's handler, not uvicorn's text formatter.
     log_config = None if settings.log_format == "json" else uvicorn.config.LOGGING_CONFIG
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5, log_config=log_config)
+    protocol = guarded_protocol(
+        AutoHTTPProtocol, settings.http.header_timeout, settings.http.max_connections_per_client
+    )  # slow or silent connections closed, connections per address capped (`connections.py`)
+    config = uvicorn.Config(
+        app,
+        http=protocol,
+        timeout_keep_alive=settings.http.idle_timeout,  # type: ignore[arg-type]  # uvicorn types it int, takes a float
+        log_level="warning",
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+        log_config=log_config,
+    )
     if settings.http.trusted_proxies:  # else uvicorn's default: 127.0.0.1 (or $FORWARDED_ALLOW_IPS)
         config.forwarded_allow_ips = settings.http.trusted_proxies
     server = _Uvicorn(config)
