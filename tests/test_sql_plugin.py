@@ -5,18 +5,21 @@ generate_sql and the gateway path are in test_sql_generate.py, PostgreSQL in tes
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from mcp import Client
 
 from plugins.sql import Config, create_server
 from plugins.sql.classify import SqlRefused, classify
 from plugins.sql.demo import create_demo_database
+from tests.conftest import NO_EMBEDDINGS, REPO, start_gateway_http, stop_process, write_config
 from tests.sql_client import call, ok, refused, text_of
 
 pytestmark = pytest.mark.anyio
@@ -395,3 +398,41 @@ def test_relative_paths_are_resolved_against_the_data_directory(tmp_path: Path) 
 def test_inconsistent_settings_are_refused_when_the_config_is_read(settings: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         Config(**settings)
+
+
+# --- big values, bounded while reading ----------------------------------------------------------------
+
+
+def _peak_rss_mb(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1]) / 1024
+
+
+async def test_a_200_mb_value_is_refused_as_sqlite_builds_it_and_big_rows_are_cut_by_bytes(tmp_path: Path) -> None:
+    """Over real HTTP, as the probe sent it: `SELECT zeroblob(200000000)` built 200 MB (1.39 GB peak) before
+    the reply was cut; now SQLite refuses the value as it makes it, and rows stop at max_value_bytes."""
+    config = write_config(tmp_path / "gateway.yaml", "plugins:\n  sql:\n    database: shop.sqlite\n    demo: true\n")
+    env = NO_EMBEDDINGS | {
+        "GATEWAY_PLUGINS__DIRECTORY": str(REPO / "plugins"),
+        "GATEWAY_PLUGINS__ALLOW": json.dumps(["sql"]),
+    }
+    process, url = start_gateway_http(config, tmp_path, env)
+    try:
+        with anyio.fail_after(60):
+            async with Client(url) as client:
+                assert not (await client.call_tool("sql__execute_sql", {"sql": "SELECT 1", "dry_run": False})).is_error
+                baseline = _peak_rss_mb(process.pid)
+                for sql in ("SELECT zeroblob(200000000)", "SELECT hex(zeroblob(100000000))"):
+                    result = await client.call_tool("sql__execute_sql", {"sql": sql, "dry_run": False})
+                    assert result.is_error and "max_value_bytes" in text_of(result), text_of(result)
+                rows = "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n LIMIT 50) "
+                big = await client.call_tool(
+                    "sql__execute_sql", {"sql": rows + "SELECT x, randomblob(300000) FROM n", "dry_run": False}
+                )
+                assert not big.is_error and big.structured_content is not None, text_of(big)
+                [result_set] = big.structured_content["results"]
+                assert result_set["truncated"] and result_set["row_count"] == 2  # 2 x 400 kB of base64 fit in 1 MiB
+                grown = _peak_rss_mb(process.pid) - baseline
+    finally:
+        stop_process(process)
+    assert grown < 300, f"peak RSS grew by {grown:.0f} MB"

@@ -65,6 +65,13 @@ class Config(BaseModel):
     timeout_ms_limit: int = Field(default=60_000, ge=1, description="Largest timeout_ms a call may ask for.")
     max_rows: int = Field(default=100, ge=1, description="Rows returned when the call gives no max_rows.")
     max_rows_limit: int = Field(default=1_000, ge=1, description="Largest max_rows a call may ask for.")
+    max_value_bytes: int = Field(
+        default=1 << 20,
+        ge=1_000,
+        le=1 << 30,
+        description="SQLite: the longest string or blob a statement may build or read (a longer one is refused "
+        "as SQLite makes it), and the most bytes of values one call returns (rows past it are cut, as at max_rows).",
+    )
     token_lifetime_s: float = Field(default=300, gt=0, description="How long a confirmation token stays valid.")
     context_file: str | None = Field(
         default=None,
@@ -103,7 +110,7 @@ def open_database(config: Config, data_dir: Path) -> Database:
         path = data_dir / path
     if config.demo or not database:
         create_demo_database(path)
-    return SqliteDatabase(path, read_only=config.read_only)
+    return SqliteDatabase(path, read_only=config.read_only, max_value_bytes=config.max_value_bytes)
 
 
 def _result(text: str, model: BaseModel) -> CallToolResult:

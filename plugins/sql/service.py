@@ -179,7 +179,7 @@ class SqlService:
         for result in sets:
             count = f"{result.row_count} row{'s' if result.row_count != 1 else ''}"
             if result.truncated:
-                count += f" shown; more rows exist (cut at max_rows={max_rows}: add a LIMIT, or raise max_rows)"
+                count += f" shown; more rows exist (cut at max_rows={max_rows} or max_value_bytes: add a LIMIT)"
             header = f"{count}:" if len(sets) == 1 else f"{result.statement}\n{count}:"
             parts.append(f"{header}\n{pipe_table(result.columns, result.rows)}".rstrip())
         note = "Some results were cut at max_rows." if any(s.truncated for s in sets) else ""

@@ -32,10 +32,12 @@ def _quote(name: str) -> str:
 class SqliteDatabase:
     backend: Literal["sqlite"] = "sqlite"
 
-    def __init__(self, path: Path, *, read_only: bool) -> None:
+    def __init__(self, path: Path, *, read_only: bool, max_value_bytes: int = 1 << 20) -> None:
         self.path = path
         self.read_only = read_only
         self.label = str(path)
+        self.max_value_bytes = max_value_bytes
+        """Longest string or blob a statement may build or read, and most bytes of values one call returns."""
 
     @contextmanager
     def _connect(self, *, writable: bool, timeout_ms: int) -> Iterator[sqlite3.Connection]:
@@ -49,9 +51,18 @@ class SqliteDatabase:
             raise DatabaseError(f"cannot open the SQLite database {self.path}: {error}") from None
         deadline = time.monotonic() + timeout_ms / 1000
         connection.set_progress_handler(lambda: int(time.monotonic() > deadline), _PROGRESS_STEPS)
+        # A value is bounded as SQLite builds it (zeroblob(200000000) fails at once), not after the fact.
+        connection.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, self.max_value_bytes)
         try:
             connection.execute("PRAGMA foreign_keys = ON")
             yield connection
+        except sqlite3.DataError as error:
+            if "too big" in str(error):
+                raise DatabaseError(
+                    f"a value longer than {self.max_value_bytes} bytes (max_value_bytes) was built or read; "
+                    "select a part of it (substr, length) instead"
+                ) from None
+            raise DatabaseError(str(error)) from None
         except sqlite3.OperationalError as error:
             if str(error) == "interrupted":
                 raise QueryTimeout(f"the statement was stopped after its time limit of {timeout_ms} ms") from None
@@ -127,12 +138,21 @@ class SqliteDatabase:
 
     def query(self, statements: Sequence[str], timeout_ms: int, max_rows: int) -> list[Rows]:
         results = []
+        budget = self.max_value_bytes
         with self._connect(writable=False, timeout_ms=timeout_ms) as db:
             for statement in statements:
                 cursor = db.execute(statement)
                 columns = [d[0] for d in cursor.description or ()]
-                fetched = cursor.fetchmany(max_rows + 1)
-                results.append(Rows(columns, [list(r) for r in fetched[:max_rows]], truncated=len(fetched) > max_rows))
+                rows: list[list[Any]] = []
+                truncated = False
+                for row in cursor:  # row by row: the bytes returned are bounded while reading
+                    size = sum(_json_size(value) for value in row)
+                    if len(rows) == max_rows or (rows and size > budget):
+                        truncated = True
+                        break
+                    budget -= size
+                    rows.append(list(row))
+                results.append(Rows(columns, rows, truncated=truncated))
         return results
 
     def write(self, statements: Sequence[str], timeout_ms: int, *, commit: bool) -> WriteOutcome:
@@ -173,6 +193,13 @@ class SqliteDatabase:
                 _roll_back(db)
                 raise
         return ids
+
+
+def _json_size(value: Any) -> int:
+    """About the bytes a value takes in the result's JSON (a blob as base64: `database.json_value`)."""
+    if isinstance(value, bytes):
+        return len(value) * 4 // 3 + 10
+    return len(value) if isinstance(value, str) else 8
 
 
 def _roll_back(db: sqlite3.Connection) -> None:
