@@ -28,7 +28,15 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from gateway.cli.main import run
 from gateway.errors import ERROR_META_KEY
 from gateway.security.auth import hash_key, new_key
-from tests.conftest import DEMO_SERVER, REPO, start_gateway_http, start_script_http, stop_process, write_config
+from tests.conftest import (
+    DEMO_SERVER,
+    NO_EMBEDDINGS,
+    REPO,
+    start_gateway_http,
+    start_script_http,
+    stop_process,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -309,3 +317,38 @@ def test_a_broken_auth_section_names_its_line(tmp_path: Path, capsys: pytest.Cap
     assert run(["--config", str(config), "tools"]) == 2
     err = capsys.readouterr().err
     assert "gw.yaml:5: auth.api_keys[0].hash: must be sha256:<64 hex digits>" in err
+
+
+# ---- sessions per client ------------------------------------------------------------------------
+
+
+async def test_a_keys_sessions_are_capped_while_another_key_is_still_served(tmp_path: Path) -> None:
+    """One key holder opening handshake-era sessions in a loop takes at most max_sessions_per_client of
+    them (503 beyond), so the other keys' clients still get theirs (the cap used to be only global)."""
+    hog, other = new_key(), new_key()
+    config = write_config(
+        tmp_path / "gateway.yaml",
+        f"""
+        auth:
+          api_keys:
+            - {{name: hog, hash: "{hash_key(hog)}"}}
+            - {{name: other, hash: "{hash_key(other)}"}}
+        """,
+    )
+    env = NO_EMBEDDINGS | {"GATEWAY_HTTP__MAX_SESSIONS_PER_CLIENT": "3", "GATEWAY_HTTP__MAX_SESSIONS": "5"}
+    process, url = start_gateway_http(config, tmp_path, env)
+    try:
+        with anyio.fail_after(60):
+            opened = [post(url, INITIALIZE, hog) for _ in range(5)]
+            assert [r.status_code for r in opened] == [200, 200, 200, 503, 503]
+            assert "Too many open sessions" in opened[3].text
+            served = post(url, INITIALIZE, other)
+            assert served.status_code == 200 and served.headers["mcp-session-id"]
+            async with client_for(url, other) as client:  # a real SDK client of the other key is served too
+                assert not (await client.call_tool("mem__echo", {"text": "served"})).is_error
+            session = opened[0].headers["mcp-session-id"]
+            ended = httpx2.delete(url, headers=HEADERS | {"Authorization": f"Bearer {hog}", "Mcp-Session-Id": session})
+            assert ended.status_code == 200
+            assert post(url, INITIALIZE, hog).status_code == 200  # one closed: one more may open
+    finally:
+        stop_process(process)

@@ -138,6 +138,15 @@ class HttpSettings(BaseModel):
             "closes (2026-07-28 clients have no sessions and are not counted)."
         ),
     )
+    max_sessions_per_client: int = Field(
+        default=100,
+        ge=1,
+        le=1_000_000,
+        description=(
+            "Most handshake-era sessions one client (an API key or JWT subject; without auth, an address) holds "
+            "at once; one more is answered 503, so one client cannot take every one of max_sessions."
+        ),
+    )
     header_timeout: float = Field(
         default=10.0,
         gt=0,

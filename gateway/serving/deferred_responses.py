@@ -31,6 +31,7 @@ All reach into the SDK's private layout is here, mirroring mcp 2.3 (`pyproject.t
 from __future__ import annotations
 
 import logging
+from contextvars import ContextVar
 from functools import partial
 from http import HTTPStatus
 from typing import Any
@@ -211,16 +212,48 @@ class DeferringTransport(StreamableHTTPServerTransport):
             await sse_reader.aclose()
 
 
-class DeferringSessionManager(StreamableHTTPSessionManager):
-    """The SDK's session manager, making `DeferringTransport`s with a `window` of seconds."""
+_client_address: ContextVar[str] = ContextVar("mcp_gateway_session_client", default="")
+"""The address of the request that may open a session (set around the SDK's stateful handling)."""
 
-    def __init__(self, app: Server[Any], *, window: float, **kwargs: Any) -> None:
+
+class DeferringSessionManager(StreamableHTTPSessionManager):
+    """The SDK's session manager, making `DeferringTransport`s with a `window` of seconds, and refusing a
+    client a new session while it holds `max_sessions_per_client` (by key, or by address without one):
+    one key holder could otherwise take every one of `max_sessions` and lock the others out."""
+
+    def __init__(self, app: Server[Any], *, window: float, max_sessions_per_client: int, **kwargs: Any) -> None:
         super().__init__(app, **kwargs)
         self.window = window
+        self.max_sessions_per_client = max_sessions_per_client
+        self._session_addresses: dict[str, str] = {}
+
+    async def _handle_stateful_request(self, scope: Scope, receive: Receive, send: Send) -> None:
+        client = scope.get("client")
+        token = _client_address.set(str(client[0]) if client else "")
+        try:
+            await super()._handle_stateful_request(scope, receive, send)
+        finally:
+            _client_address.reset(token)
+
+    def _holds_too_many(self, requestor: AuthorizationContext | None) -> bool:
+        """Whether this client (its key, else its address) holds `max_sessions_per_client` sessions."""
+        if requestor is not None:
+            held = sum(1 for owner in self._session_owners.values() if owner == requestor)
+        else:
+            for gone in [sid for sid in self._session_addresses if sid not in self._server_instances]:
+                del self._session_addresses[gone]
+            address = _client_address.get()
+            held = sum(
+                1 for sid, a in self._session_addresses.items() if a == address and sid not in self._session_owners
+            )
+        return held >= self.max_sessions_per_client
 
     def _admit_session(self, requestor: AuthorizationContext | None) -> StreamableHTTPServerTransport | None:
-        """Copied from the SDK's method; only the transport's class and `window` differ."""
+        """Copied from the SDK's method; the transport's class, `window` and the per-client cap differ."""
         if self.max_sessions is not None and len(self._server_instances) >= self.max_sessions:
+            return None
+        if self._holds_too_many(requestor):
+            logger.warning("Refusing a new session: the client holds %d already", self.max_sessions_per_client)
             return None
         http_transport = DeferringTransport(
             mcp_session_id=uuid4().hex,
@@ -235,6 +268,8 @@ class DeferringSessionManager(StreamableHTTPSessionManager):
         assert session_id is not None
         if requestor is not None:
             self._session_owners[session_id] = requestor
+        else:
+            self._session_addresses[session_id] = _client_address.get()
         self._server_instances[session_id] = http_transport
         logger.debug("Created new transport with session ID: %s", session_id)
         return http_transport
@@ -288,6 +323,7 @@ def deferring_http_app(
     max_request_body_size: int,
     session_idle_timeout: float,
     max_sessions: int,
+    max_sessions_per_client: int,
     routes: list[BaseRoute],
     window: float,
 ) -> Starlette:
@@ -297,6 +333,7 @@ def deferring_http_app(
     manager = DeferringSessionManager(
         server,
         window=window,
+        max_sessions_per_client=max_sessions_per_client,
         stateless=stateless,
         security_settings=security,
         max_request_body_size=max_request_body_size,

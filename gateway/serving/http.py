@@ -268,6 +268,7 @@ def build_http_app(gateway: GatewayServer, settings: Settings, *, admin: bool = 
             max_request_body_size=max_body,
             session_idle_timeout=settings.http.session_idle_timeout,
             max_sessions=settings.http.max_sessions,
+            max_sessions_per_client=settings.http.max_sessions_per_client,
             routes=list(routes),
             window=settings.http.response_window,
         )
