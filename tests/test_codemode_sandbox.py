@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
+import httpx2
 import mcp_types as types
 import pytest
 from mcp import Client
@@ -23,12 +24,13 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from gateway.errors import ERROR_META_KEY
+from gateway.records.model import FEEDBACK_TOKEN_META_KEY
 from gateway.security.auth import hash_key, new_key
 from tests.conftest import DEMO_SERVER, start_gateway_http, stop_process, write_config
 
 pytestmark = pytest.mark.anyio
 
-KEYS = {name: new_key() for name in ("full", "alpha")}
+KEYS = {name: new_key() for name in ("full", "alpha", "admin")}
 TIMEOUT = 90
 MAX_TOOL_CALLS = 50
 
@@ -51,6 +53,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
         auth:
           api_keys:
             - {{name: full, hash: "{hash_key(KEYS["full"])}"}}
+            - {{name: admin, hash: "{hash_key(KEYS["admin"])}", admin: true}}
             - {{name: alpha-only, hash: "{hash_key(KEYS["alpha"])}", profile: alpha}}
           profiles:
             alpha: {{servers: [alpha]}}
@@ -230,3 +233,23 @@ async def test_a_write_tool_without_permission_is_refused_saying_how_to_allow_it
     text = refusal(result)
     assert "PermissionError: alpha__add refused (write_not_allowed)" in text
     assert "GATEWAY_CODEMODE__ALLOW_WRITES" in text and '["alpha__*"]' in text
+
+
+async def test_the_admin_api_and_the_console_show_a_run_with_the_calls_it_made(gateway: Deployment) -> None:
+    program = "a = await tools.alpha__echo(text='one')\nb = await tools.beta__echo(text='two')\n[a, b]"
+    result = await run_beside_a_concurrent_client(gateway, program)
+    assert not result.is_error, text_of(result)
+    run_id = (result.meta or {})[FEEDBACK_TOKEN_META_KEY]
+    admin = {"Authorization": f"Bearer {KEYS['admin']}"}
+    base = gateway.url.removesuffix("/mcp") + "/admin"
+    detail = httpx2.get(f"{base}/api/v1/calls/{run_id}", headers=admin, timeout=30).json()
+    assert (detail["server"], detail["tool"], detail["status"]) == ("gateway", "execute", "ok")
+    assert [c["tool"] for c in detail["inner_calls"]] == ["alpha__echo", "beta__echo"]
+    inner_id = detail["inner_calls"][0]["id"]
+    inner = httpx2.get(f"{base}/api/v1/calls/{inner_id}", headers=admin, timeout=30).json()
+    assert inner["parent_id"] == run_id and inner["arguments"] == {"text": "one"}
+    page = httpx2.get(f"{base}/calls/{run_id}", headers=admin, timeout=30)
+    assert page.status_code == 200
+    assert "Calls the program made" in page.text and f"/calls/{inner_id}" in page.text
+    child = httpx2.get(f"{base}/calls/{inner_id}", headers=admin, timeout=30)
+    assert f'href="/admin/calls/{run_id}" id="call-parent"' in child.text

@@ -256,6 +256,7 @@ class ToolHandlers:
                 f"{params.name} is a code-mode tool: connect in code mode (?mode=code on the HTTP URL, "
                 "or GATEWAY_ROUTING__MODE=code) to use it."
             )
+        await self.startup.all_servers()  # at start-up, a program sees the servers still connecting too
         offered = {name: entry.item for name, entry in self.offered(ctx).items()}
         if params.name == DESCRIBE_TOOLS.name:
             return self.code.describe(parse_names(params.arguments), offered)
