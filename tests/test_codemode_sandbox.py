@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx2
@@ -253,3 +254,47 @@ async def test_the_admin_api_and_the_console_show_a_run_with_the_calls_it_made(g
     assert "Calls the program made" in page.text and f"/calls/{inner_id}" in page.text
     child = httpx2.get(f"{base}/calls/{inner_id}", headers=admin, timeout=30)
     assert f'href="/admin/calls/{run_id}" id="call-parent"' in child.text
+
+
+async def test_a_traced_run_shows_each_inner_call_as_a_span_nested_under_the_execute_request(tmp_path: Path) -> None:
+    from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
+    from tests.test_tracing import CLIENT_SPAN, CLIENT_TRACE, child_config, gateway_tracing_env, traceparent
+
+    config = child_config(tmp_path)
+    with OtlpReceiver().running() as receiver:
+        env = gateway_tracing_env(receiver) | {"GATEWAY_ROUTING__MODE": "code"}
+        process, url = start_gateway_http(config, tmp_path, env, log=tmp_path / "gateway.log")
+        try:
+            with anyio.fail_after(TIMEOUT):
+                async with Client(url) as client:
+                    program = "[await tools.child__echo(text='a'), await tools.child__echo(text='b')]"
+                    meta = {"traceparent": traceparent(CLIENT_TRACE, CLIENT_SPAN)}
+                    result = await client.call_tool("execute", {"code": program}, meta=meta)
+                    assert not result.is_error, text_of(result)
+
+                def complete(spans: list[ReceivedSpan]) -> bool:
+                    return sum(s.name == "tools/call child__echo" for s in spans) >= 2 and any(
+                        s.kind == "SERVER" and s.trace_id == CLIENT_TRACE for s in spans
+                    )
+
+                spans = await anyio.to_thread.run_sync(receiver.wait_for, complete, 30)
+        finally:
+            stop_process(process)
+    server = next(s for s in spans if s.kind == "SERVER" and s.trace_id == CLIENT_TRACE)
+    assert server.name == "tools/call execute" and server.attributes["gen_ai.tool.name"] == "execute"
+    inner = [s for s in spans if s.name == "tools/call child__echo"]
+    assert len(inner) == 2 and all(s.parent_id == server.span_id for s in inner)
+    assert all(s.attributes["gen_ai.tool.name"] == "child__echo" for s in inner)
+    assert {s.attributes["mcp_gateway.codemode.run_id"] for s in inner} == {
+        (result.meta or {})[FEEDBACK_TOKEN_META_KEY]
+    }
+    for span in inner:  # each went upstream as its own request
+        assert any(s.parent_id == span.span_id or s.parent_id in _descendants(spans, span) for s in spans)
+
+
+def _descendants(spans: list[Any], root: Any) -> set[str]:
+    found, frontier = set(), {root.span_id}
+    while frontier:
+        found |= frontier
+        frontier = {s.span_id for s in spans if s.parent_id in frontier} - found
+    return found

@@ -28,6 +28,7 @@ from gateway.codemode import CodeArgumentError, CodeMode, parse_names, parse_pro
 from gateway.config.security import SecurityConfig
 from gateway.config.settings import Settings
 from gateway.errors import GatewayError, InvalidArguments, error_result
+from gateway.observability import tracing
 from gateway.observability.metrics import SearchStatus
 from gateway.records.callers import CallerIds
 from gateway.records.feedback import FEEDBACK_TOOL, feedback_tool_result
@@ -271,7 +272,9 @@ class ToolHandlers:
             """One inner call: the same chain as a client's call, made by the caller of `execute`."""
             notes: dict[str, Any] = {PARENT_NOTE: run_id, SESSION_NOTE: session_id, CLIENT_NOTE: client_id}
             await self.startup.owner_of(name)
-            result = await self.registry.call_tool(name, arguments, caller_token=token, notes=notes, caller=caller)
+            # Its own span, a child of the execute request's: the call chain annotates the current span.
+            with tracing.child_span(f"tools/call {name}", {"mcp_gateway.codemode.run_id": run_id}):
+                result = await self.registry.call_tool(name, arguments, caller_token=token, notes=notes, caller=caller)
             upstream = self.registry.server_of(name)
             prefix = upstream.spec.prefix if upstream is not None else ""
             capped: types.CallToolResult = cap_result(expose_result_uris(result, prefix), self.security.limits)
