@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import sqlite3
+import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -342,3 +343,20 @@ graph = found if isinstance(found, dict) else json.loads(found)
 """
         value = await value_of(client, "import json\n" + program)
         assert value == {"found": ["Ada", "Alan"], "relations": [["Ada", "Alan"]]}
+
+
+async def test_serve_mode_code_over_stdio_lists_the_code_tools_and_runs_a_program(tmp_path: Path) -> None:
+    from tests.conftest import REPO, gateway_env, write_config
+
+    config = write_config(tmp_path / "gateway.yaml", "mcps: {}\n")
+    parameters = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "gateway", "--config", str(config), "serve", "--transport", "stdio", "--mode", "code"],
+        env=gateway_env(tmp_path) | {"GATEWAY_EMBEDDING__ENABLED": "false"},
+        cwd=str(REPO),
+    )
+    with anyio.fail_after(TIMEOUT):
+        async with Client(parameters) as client:  # type: ignore[arg-type]
+            names = [t.name for t in (await client.list_tools()).tools]
+            assert names[:3] == ["search_tools", "describe_tools", "execute"]
+            assert await value_of(client, "print('hi')\n6 * 7") == 42
