@@ -360,3 +360,31 @@ async def test_serve_mode_code_over_stdio_lists_the_code_tools_and_runs_a_progra
             names = [t.name for t in (await client.list_tools()).tools]
             assert names[:3] == ["search_tools", "describe_tools", "execute"]
             assert await value_of(client, "print('hi')\n6 * 7") == 42
+
+
+def test_a_signature_is_typed_from_the_schema_and_a_name_python_cannot_spell_is_called_by_name() -> None:
+    from gateway.codemode import signature
+
+    tool = types.Tool(
+        name="x",
+        description="Find rows.",
+        input_schema={
+            "type": "object",
+            "properties": {
+                "table": {"type": "string", "description": "The table."},
+                "limit": {"type": "integer"},
+                "order": {"enum": ["asc", "desc"]},
+                "ids": {"type": "array", "items": {"type": ["integer", "null"]}},
+            },
+            "required": ["table"],
+        },
+        output_schema={"type": "object", "properties": {"rows": {"type": "array"}}, "required": ["rows"]},
+    )
+    head = (
+        "async def tools.db__find(*, table: str, limit: int | None = None, "
+        'order: Literal["asc", "desc"] | None = None, ids: list[int | None] | None = None) -> {"rows": list[Any]}:'
+    )
+    assert signature("db__find", tool).splitlines()[:3] == [head, '    """Find rows.', '    table: The table."""']
+    hyphenated = signature("my-db__find", tool).splitlines()
+    assert hyphenated[0] == '# not a Python name: await call_tool("my-db__find", {...}) with the arguments below'
+    assert hyphenated[1].startswith('async def call_tool("my-db__find", {table: str, limit: int | None = None')

@@ -68,7 +68,11 @@ def signature(name: str, tool: types.Tool) -> str:
     if params:
         params.insert(0, "*")
     returns = python_type(tool.output_schema) if tool.output_schema else "str"
-    lines = [f"async def tools.{name}({', '.join(params)}) -> {returns}:"]
+    if name.isidentifier() and not keyword.iskeyword(name):
+        lines = [f"async def tools.{name}({', '.join(params)}) -> {returns}:"]
+    else:  # `-` is allowed in exposed names, not in Python ones: the tool is called by its name
+        lines = [f"# not a Python name: await call_tool({json.dumps(name)}, {{...}}) with the arguments below"]
+        lines.append(f"async def call_tool({json.dumps(name)}, {{{', '.join(params[1:])}}}) -> {returns}:")
     doc = (tool.description or "").strip()
     details = [
         f"{p}: {str(properties[p].get('description')).strip()}"
