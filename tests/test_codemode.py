@@ -388,3 +388,19 @@ def test_a_signature_is_typed_from_the_schema_and_a_name_python_cannot_spell_is_
     hyphenated = signature("my-db__find", tool).splitlines()
     assert hyphenated[0] == '# not a Python name: await call_tool("my-db__find", {...}) with the arguments below'
     assert hyphenated[1].startswith('async def call_tool("my-db__find", {table: str, limit: int | None = None')
+
+
+async def test_a_program_waiting_on_a_slow_tool_is_stopped_by_the_wall_time_limit(tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    async with code_gateway(tmp_path, wall_seconds=2.0) as gw, Client(gw.server) as client:
+        program = f"await tools.mem__slow_lookup(seconds=600, marker={str(marker)!r})"
+        result = await execute(client, program)
+        assert result.is_error and marker.read_text() == "start\n"  # the call was made, then cancelled
+        assert (result.meta or {})[ERROR_META_KEY]["limit"] == "wall time (GATEWAY_CODEMODE__WALL_SECONDS)"
+        assert "wall time limit: the program ran for more than 2 s, tool calls included" in text_of(result)
+        slept = await execute(client, "import time\ntime.sleep(600)")
+        assert (slept.meta or {})[ERROR_META_KEY]["limit"] in {
+            "wall time (GATEWAY_CODEMODE__WALL_SECONDS)",
+            "sleep time (GATEWAY_CODEMODE__WALL_SECONDS)",
+        }
+        assert await value_of(client, "1 + 1") == 2
