@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validat
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = [
+    "CodeModeSettings",
     "EmbeddingSettings",
     "HttpSettings",
     "LearningSettings",
@@ -172,12 +173,13 @@ class EmbeddingSettings(BaseModel):
 class RoutingSettings(BaseModel):
     """How tools are exposed and ranked."""
 
-    mode: Literal["auto", "all", "search", "dynamic"] = Field(
+    mode: Literal["auto", "all", "search", "dynamic", "code"] = Field(
         default="auto",
         description=(
             "auto: all while a client may see at most auto_max_tools tools, dynamic beyond (clients degrade "
             "past 30-50 tools); all: every tool in tools/list; search: pinned tools plus search_tools and "
-            "call_tool; dynamic: as search, and found tools are added to the session's tools/list."
+            "call_tool; dynamic: as search, and found tools are added to the session's tools/list; code: "
+            "search_tools, describe_tools and execute, a Python program calling every tool (docs/code-mode.md)."
         ),
     )
     auto_max_tools: int = Field(
@@ -200,6 +202,43 @@ class RoutingSettings(BaseModel):
     dynamic_max_tools: int = Field(
         default=32, ge=1, le=500, description="dynamic mode: most tools a session's list grows to (least recent out)."
     )
+
+
+class CodeModeSettings(BaseModel):
+    """Code mode (`routing.mode: code`): the sandbox a model's program runs in, and its limits
+    (docs/code-mode.md). Each limit is named in the error a program gets when it hits it."""
+
+    wall_seconds: float = Field(
+        default=60.0, gt=0, le=3600, description="Seconds a program may run in all, its tool calls included."
+    )
+    cpu_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        le=600,
+        description="Seconds of interpreter time a program may use (time waiting for tool calls not counted).",
+    )
+    memory_mb: int = Field(default=256, ge=1, le=65_536, description="Heap a program may use, in MiB.")
+    max_recursion_depth: int = Field(
+        default=200, ge=10, le=10_000, description="Deepest call stack a program may build."
+    )
+    max_tool_calls: int = Field(default=200, ge=1, le=100_000, description="Tool calls one program run may make.")
+    max_output_bytes: int = Field(
+        default=20_000,
+        ge=256,
+        le=10_000_000,
+        description=(
+            "Bytes of return value and of printed output each given back to the model; the rest is cut, with a note."
+        ),
+    )
+    allow_writes: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Exposed tool names (fnmatch globs: `notes__*` for a whole server, `notes__add` for one tool) a program "
+            "may call although they are not annotated readOnlyHint: true. Empty: programs only read."
+        ),
+    )
+    workers: int = Field(default=2, ge=1, le=64, description="Most sandbox worker processes running programs at once.")
+    warm_workers: int = Field(default=1, ge=0, le=64, description="Worker processes kept started while idle.")
 
 
 class LearningSettings(BaseModel):
@@ -458,6 +497,7 @@ class Settings(BaseSettings):
     http: HttpSettings = Field(default_factory=HttpSettings)
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
+    codemode: CodeModeSettings = Field(default_factory=CodeModeSettings)
     learning: LearningSettings = Field(default_factory=LearningSettings)
     plugins: PluginSettings = Field(default_factory=PluginSettings)
     resilience: ResilienceSettings = Field(default_factory=ResilienceSettings)

@@ -129,5 +129,6 @@ def execution_rows(
         pending.attempts,
         pending.search_id,
         pending.trace_id,
+        pending.parent_id,
     )
     return values, failures

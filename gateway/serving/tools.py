@@ -1,5 +1,6 @@
 """Tools as clients see them: `tools/list` by exposure mode, `tools/call` through the registry's
-call chain, and the gateway's own tools (`search_tools`, `call_tool`, `submit_feedback`).
+call chain, and the gateway's own tools (`search_tools`, `call_tool`, `submit_feedback`, and code
+mode's `describe_tools` and `execute`, run by `gateway.codemode`).
 
 What a caller may call is checked by the call chain's admission layers (`gateway.calls.access`,
 `gateway.calls.limits`, `gateway.calls.runnable`), which this installs in the registry's chain;
@@ -23,13 +24,15 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from gateway.calls.chain import Caller
 from gateway.catalog import Entry
+from gateway.codemode import CodeArgumentError, CodeMode, parse_names, parse_program
 from gateway.config.security import SecurityConfig
 from gateway.config.settings import Settings
 from gateway.errors import GatewayError, InvalidArguments, error_result
+from gateway.observability import tracing
 from gateway.observability.metrics import SearchStatus
 from gateway.records.callers import CallerIds
 from gateway.records.feedback import FEEDBACK_TOOL, feedback_tool_result
-from gateway.records.model import EXECUTION_ID_NOTE, FEEDBACK_TOKEN_META_KEY
+from gateway.records.model import EXECUTION_ID_NOTE, FEEDBACK_TOKEN_META_KEY, PARENT_NOTE
 from gateway.records.recorder import CLIENT_NOTE, SESSION_NOTE
 from gateway.registry import Registry
 from gateway.relay import Interactions, connection_of
@@ -40,6 +43,9 @@ from gateway.security.limits import cap_result
 from gateway.security.scopes import visible, visible_names
 from gateway.serving.exposure import (
     CALL_TOOL,
+    CODE_SEARCH_TOOL,
+    DESCRIBE_TOOLS,
+    EXECUTE,
     GATEWAY_TOOL_NAMES,
     NO_TOOL_FITS,
     SEARCH_TOOL,
@@ -101,6 +107,8 @@ class ToolHandlers:
         self._session_tools: weakref.WeakKeyDictionary[Any, SessionTools] = weakref.WeakKeyDictionary()
         self.links: Connector | None = None
         """Per-user OAuth links (`gateway.serving.connect`), over HTTP only: set by the HTTP app."""
+        self.code = CodeMode(settings.codemode, lambda: registry.task_group)
+        """Code mode's sandbox pool (started on the first program) and write gate."""
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -119,7 +127,7 @@ class ToolHandlers:
         entry = self.registry.catalog.tools.get(name)
         if entry is not None:
             return entry.item.input_schema if visible(current_principal(), entry) else None
-        own = {tool.name: tool for tool in (SEARCH_TOOL, CALL_TOOL, FEEDBACK_TOOL)}.get(name)
+        own = {tool.name: tool for tool in (SEARCH_TOOL, CALL_TOOL, FEEDBACK_TOOL, DESCRIBE_TOOLS, EXECUTE)}.get(name)
         return own.input_schema if own is not None else None
 
     def visible_tools(self, ctx: ServerRequestContext[Any, Any]) -> list[types.Tool]:
@@ -129,6 +137,8 @@ class ToolHandlers:
         own = [FEEDBACK_TOOL] if self.records is not None and FEEDBACK_TOOL.name not in catalog else []
         if mode == "all":
             return [e.item for e in catalog.values()] + own
+        if mode == "code":
+            return [CODE_SEARCH_TOOL, DESCRIBE_TOOLS, EXECUTE, *own]
         names = list(dict.fromkeys(self.settings.routing.pinned))
         if mode == "dynamic":
             found = self._session_tools.get(connection_of(ctx))
@@ -207,20 +217,24 @@ class ToolHandlers:
     async def gateway_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
-        """`search_tools` and `call_tool`, the gateway's own tools in search and dynamic modes."""
+        """`search_tools` and `call_tool`, the gateway's own tools in search and dynamic modes, and
+        `describe_tools` and `execute` in code mode."""
         try:
+            if params.name in (DESCRIBE_TOOLS.name, EXECUTE.name):
+                return await self.code_tool(ctx, params)
             if params.name == CALL_TOOL.name:
                 name, arguments = parse_call_arguments(params.arguments)
                 return await self.call_tool(ctx, params.model_copy(update={"name": name, "arguments": arguments}))
             if params.name == FEEDBACK_TOOL.name:
                 return await feedback_tool_result(self.records, params.arguments, ctx.request)
             query, limit = parse_search_arguments(params.arguments, self.settings.routing.k)
-        except ArgumentError as exc:
+        except (ArgumentError, CodeArgumentError) as exc:
             return error_result(InvalidArguments(str(exc)))
         session_id, _ = self.callers.of(ctx, stateless=self.stateless())
         principal, usable = principal_in(ctx.request), self.tasks.usable(ctx)
         hits = await self.search(query, limit, principal, session_id=session_id, usable=usable)
-        payload = [tool_payload(hit) for hit in hits]
+        code = self.mode(ctx) == "code"
+        payload = [tool_payload(hit, code=code) for hit in hits]
         if hits and not self.fits(hits):
             text = f"{NO_TOOL_FITS} The closest tools, as hints only: {json.dumps(payload, ensure_ascii=False)}"
             return types.CallToolResult(
@@ -233,6 +247,47 @@ class ToolHandlers:
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=text)], structured_content={"tools": payload}
         )
+
+    async def code_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        """`describe_tools` and `execute`, for a client in code mode (`gateway.codemode`)."""
+        if self.mode(ctx) != "code":
+            raise ArgumentError(
+                f"{params.name} is a code-mode tool: connect in code mode (?mode=code on the HTTP URL, "
+                "or GATEWAY_ROUTING__MODE=code) to use it."
+            )
+        await self.startup.all_servers()  # at start-up, a program sees the servers still connecting too
+        offered = {name: entry.item for name, entry in self.offered(ctx).items()}
+        if params.name == DESCRIBE_TOOLS.name:
+            return self.code.describe(parse_names(params.arguments), offered)
+        program = parse_program(params.arguments)
+        run_id = self.code.new_run_id()
+        caller, token = self.caller(ctx), forwardable_token(ctx.request)
+        session_id, client_id = (
+            self.callers.of(ctx, stateless=self.stateless()) if self.records is not None else (None, None)
+        )
+
+        async def call(name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
+            """One inner call: the same chain as a client's call, made by the caller of `execute`."""
+            notes: dict[str, Any] = {PARENT_NOTE: run_id, SESSION_NOTE: session_id, CLIENT_NOTE: client_id}
+            await self.startup.owner_of(name)
+            # Its own span, a child of the execute request's: the call chain annotates the current span.
+            with tracing.child_span(f"tools/call {name}", {"mcp_gateway.codemode.run_id": run_id}):
+                result = await self.registry.call_tool(name, arguments, caller_token=token, notes=notes, caller=caller)
+            upstream = self.registry.server_of(name)
+            prefix = upstream.spec.prefix if upstream is not None else ""
+            capped: types.CallToolResult = cap_result(expose_result_uris(result, prefix), self.security.limits)
+            return capped
+
+        at, started = time.time(), time.perf_counter()
+        result, _ = await self.code.execute(program, offered, call)
+        if self.records is None:
+            return result
+        latency_ms = (time.perf_counter() - started) * 1000
+        self.records.record_run(run_id, at, program, result, latency_ms, session_id=session_id, client_id=client_id)
+        with_token: types.CallToolResult = _with_feedback_token(result, {EXECUTION_ID_NOTE: run_id})
+        return with_token
 
     def fits(self, hits: list[SearchHit]) -> bool:
         """False when the best result scores under `routing.no_fit_threshold`: no tool fits the request."""
