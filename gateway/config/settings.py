@@ -167,6 +167,47 @@ class EmbeddingSettings(BaseModel):
             "applies to the bundled model and models of its layout."
         ),
     )
+    # --- issue 30: your own model, on this machine (model_sha256) or behind an endpoint (url ...)
+    model_sha256: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            'With `model_path`: the sha256 of the directory\'s files, as JSON (`{"model.onnx": "9f2c..."}`); '
+            "every file named is checked when the model loads, and a mismatch routes with BM25 alone."
+        ),
+    )
+    url: str | None = Field(
+        default=None,
+        description=(
+            "An OpenAI-compatible embeddings endpoint (`http://127.0.0.1:11434/v1`: Ollama, vLLM, "
+            "text-embeddings-inference, Infinity, LiteLLM, OpenAI); `/embeddings` is appended unless the URL "
+            "ends with it. Set: tools and requests are embedded there, by the model `model`."
+        ),
+    )
+    api_key_env: str | None = Field(
+        default=None,
+        description="With `url`: the environment variable holding the endpoint's API key (sent as a bearer token).",
+    )
+    request_batch: int = Field(
+        default=64, ge=1, le=2048, description="With `url`: most texts sent in one request to the endpoint."
+    )
+    timeout: float = Field(
+        default=30.0, gt=0, le=600, description="With `url`: seconds a request of documents may take."
+    )
+    query_timeout: float = Field(
+        default=2.0,
+        gt=0,
+        le=60,
+        description=(
+            "With `url`: seconds a search request's embedding may take; past it, or with the endpoint "
+            "down, that search is ranked with BM25 alone (keep it under `GATEWAY_ROUTING__SEARCH_TIMEOUT`)."
+        ),
+    )
+    retry_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="With `url`: after a failure, seconds before the endpoint is tried again (BM25 meanwhile).",
+    )
 
 
 class RoutingSettings(BaseModel):
