@@ -12,7 +12,7 @@ import socket
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "ReloadSettings",
     "ResilienceSettings",
     "RoutingSettings",
+    "SecondStageSettings",
     "Settings",
     "TracingSettings",
     "default_data_dir",
@@ -241,6 +242,55 @@ class RoutingSettings(BaseModel):
     dynamic_max_tools: int = Field(
         default=32, ge=1, le=500, description="dynamic mode: most tools a session's list grows to (least recent out)."
     )
+
+
+class SecondStageSettings(BaseModel):
+    """A second look at the router's top candidates (issue 30): a reranker endpoint or an LLM judge.
+
+    Bounded in time and candidates; on any failure (down, slow, nonsense) the first stage's
+    ranking stands. See docs/router.md, "Choosing a model"."""
+
+    kind: Literal["off", "rerank", "judge"] = Field(
+        default="off",
+        description=(
+            "off: the router's ranking as is; rerank: a `/rerank` endpoint (text-embeddings-inference, "
+            "Infinity, Cohere, Jina, Voyage) reorders the top candidates; judge: an LLM says which candidates "
+            "fit the request, or that none does (the client's own model through MCP sampling when the client "
+            "offers it and `sampling` is on, else the chat endpoint at `url`)."
+        ),
+    )
+    url: str | None = Field(
+        default=None,
+        description=(
+            "rerank: the endpoint (`/rerank` is appended unless the URL ends with it); judge: an "
+            "OpenAI-compatible chat endpoint (`/chat/completions` appended likewise), used when the client "
+            "offers no sampling; unset: the judge asks the client only."
+        ),
+    )
+    model: str | None = Field(default=None, description="The model the endpoint runs (sent as `model`).")
+    api_key_env: str | None = Field(
+        default=None, description="The environment variable holding the endpoint's API key (a bearer token)."
+    )
+    sampling: bool = Field(
+        default=True,
+        description="judge: ask the client's own model through MCP sampling when the client declares sampling.",
+    )
+    candidates: int = Field(
+        default=10, ge=2, le=50, description="The first stage's best tools the second stage looks at."
+    )
+    timeout: float = Field(
+        default=10.0,
+        gt=0,
+        le=120,
+        description="Seconds the second stage may take; past it the first stage's ranking stands.",
+    )
+    max_tokens: int = Field(default=200, ge=16, le=4096, description="judge: most tokens of the model's answer.")
+
+    @model_validator(mode="after")
+    def _check_rerank_url(self) -> SecondStageSettings:
+        if self.kind == "rerank" and not self.url:
+            raise ValueError("kind rerank needs url: the reranker's /rerank endpoint (GATEWAY_SECOND_STAGE__URL)")
+        return self
 
 
 class LearningSettings(BaseModel):
@@ -500,6 +550,7 @@ class Settings(BaseSettings):
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     learning: LearningSettings = Field(default_factory=LearningSettings)
+    second_stage: SecondStageSettings = Field(default_factory=SecondStageSettings)
     plugins: PluginSettings = Field(default_factory=PluginSettings)
     resilience: ResilienceSettings = Field(default_factory=ResilienceSettings)
     records: RecordsSettings = Field(default_factory=RecordsSettings)

@@ -89,11 +89,11 @@ async def route_endpoint(gateway: GatewayServer, request: Request) -> Response:
         return _bad_request(f"`k` must be an integer from 1 to 50; got {k!r}.")
     principal = principal_in(request)
     try:
-        hits = await gateway.tools.search(query.strip(), k, principal)
+        routing = await gateway.tools.route(query.strip(), k, principal)
     except GatewayError as exc:
         return JSONResponse({"error": exc.message}, status_code=503)
     catalog = gateway.registry.catalog.tools
-    fits = gateway.tools.fits(hits)
+    hits, fits = routing.hits, routing.fits
     hints = [] if fits else [tool_payload(hit) for hit in hits]
     if not fits:
         hits = []
