@@ -153,6 +153,9 @@ async def _search(registry: Registry, pm: PluginManager, query: str, k: int | No
             router = RouterService(registry, settings, lambda: build_router(settings, pm), store)
             router.router = await anyio.to_thread.run_sync(router.make_router)
             await router.sync()
+            full = router.router
+            if full is not None and full.dense:  # the full texts too, as a serving gateway ranks once it has them
+                await anyio.to_thread.run_sync(full.enrich)
             await router.refresh_signals()  # rank as the serving gateway does, with what it learnt
             # both stages, as search_tools and POST /route run them (no client model to sample here)
             hits = await router.search(query, second.wanted(k), settings.routing.threshold)
