@@ -1,13 +1,15 @@
 """The router's embedding model: fastembed (ONNX Runtime) behind the `Embedder` protocol.
 
-Three ways to get a model, chosen by `EmbeddingSettings`:
+`url` set: an OpenAI-compatible endpoint instead (`gateway.router.remote_embedder`). Otherwise
+three ways to get a model, chosen by `EmbeddingSettings`:
 
 - nothing set: the bundled default, all-MiniLM-L6-v2 with int8 weights, verified and
   assembled under the data dir by `gateway.router.bundled_model`: nothing is downloaded,
   ever.
 - `model_path`: a local directory laid out as fastembed expects for the model name `model`
   (default `sentence-transformers/all-MiniLM-L6-v2`: `model.onnx`, `tokenizer.json`,
-  `tokenizer_config.json`, `config.json`, `special_tokens_map.json`).
+  `tokenizer_config.json`, `config.json`, `special_tokens_map.json`); with `model_sha256`,
+  its files are checked against those digests first.
 - `model` alone: a fastembed model by name, which fastembed downloads from its model hub
   into `<data_dir>/models/fastembed/` on first use.
 
