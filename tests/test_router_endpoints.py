@@ -200,13 +200,14 @@ async def test_the_endpoint_killed_mid_run_falls_back_to_bm25_with_a_status_neve
                     assert service.status.startswith("BM25 only while the embedding model is unavailable")
                     assert url in service.status
                     assert "BM25 only while the embedding model is unavailable" in caplog.text
+                    assert service.figures().semantic is False  # mcp_gateway_router_semantic 0 meanwhile
                     # a restarted endpoint is used again at the first search after the retry delay
                     port = url.removeprefix("http://127.0.0.1:").split("/")[0]
                     process, _ = start_embeddings_server(model_data_dir, "--port", port)
                     await anyio.sleep(0.1)  # past retry_seconds: the next search tries the endpoint
                     again = await client.call_tool("search_tools", query)
                     assert not again.is_error
-                    assert service.status == "embeddings + BM25"
+                    assert service.status == "embeddings + BM25" and service.figures().semantic
                     assert "answers again" in caplog.text
                 registry.task_group.cancel_scope.cancel()
     finally:

@@ -300,7 +300,7 @@ class RouterService:
         if router is None:
             return RouterFigures(semantic=False, embedded=0, cached=0, pending=0)
         return RouterFigures(
-            semantic=router.dense,
+            semantic=router.dense and not router.degraded,  # 0 while an embedding endpoint is down
             embedded=router.embedded_documents,
             cached=router.cached_documents,
             pending=router.pending_documents,
