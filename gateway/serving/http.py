@@ -70,7 +70,8 @@ async def route_endpoint(gateway: GatewayServer, request: Request) -> Response:
     """`POST /route {"query": str, "k": int}`: the top-k tools in MCP and OpenAI form, with scores.
 
     Pinned tools follow the ranked ones (`"pinned": true`), as they are always offered. When
-    the best tool scores under `routing.no_fit_threshold`, the ranked tools are not offered:
+    the best tool scores under `routing.no_fit_threshold` (or the second stage's judge, through its
+    chat endpoint, says none fits), the ranked tools are not offered:
     `"no_tool_fits": true`, a `message`, and the closest tools under `hints`.
     """
     try:
