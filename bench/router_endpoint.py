@@ -8,6 +8,9 @@ process on 127.0.0.1, one request at a time), and BM25 alone (what the router fa
 endpoint is down). Printed: recall@1/5/10, MRR, the search p50 (query embedding included: one HTTP
 round trip for the endpoint), the index build time, and the endpoint/in-process ratios of both times.
 No embedding cache: every document is embedded by the backend measured.
+
+`--pairs N`: N query embeddings through each backend, interleaved one by one (the machine is shared:
+only same-moment comparisons mean much), with the medians and their difference, the HTTP round trip.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -25,6 +30,7 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from gateway.config.settings import EmbeddingSettings  # noqa: E402
+from gateway.router.base import Embedder  # noqa: E402
 from gateway.router.embedder import load_embedder  # noqa: E402
 from gateway.router.eval import EvalReport, evaluate  # noqa: E402
 from gateway.router.eval_sets import load_set  # noqa: E402
@@ -61,9 +67,29 @@ def row(name: str, report: EvalReport) -> dict[str, float | str]:
     return out
 
 
+def pairs(local: Embedder, remote: Embedder, count: int) -> dict[str, float | str]:
+    """Median ms of one query embedding in process and through the endpoint, interleaved."""
+    texts = [f"find the weather forecast for city number {i}" for i in range(count)]
+    times: dict[str, list[float]] = {"in-process": [], "endpoint": []}
+    for i, text in enumerate(texts):
+        order = [("in-process", local), ("endpoint", remote)]
+        for name, embedder in order if i % 2 else order[::-1]:
+            started = time.perf_counter()
+            embedder.embed_query(text)
+            times[name].append((time.perf_counter() - started) * 1000)
+    local_ms, remote_ms = statistics.median(times["in-process"]), statistics.median(times["endpoint"])
+    print(
+        f"query embedding, {count} interleaved pairs: in-process p50 {local_ms:.2f} ms, endpoint p50 "
+        f"{remote_ms:.2f} ms (x{remote_ms / local_ms:.2f}, +{remote_ms - local_ms:.2f} ms)",
+        flush=True,
+    )
+    return {"backend": "pairs", "in_process_p50_ms": round(local_ms, 2), "endpoint_p50_ms": round(remote_ms, 2)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--set", type=Path, action="append", required=True, dest="sets", metavar="DIR")
+    parser.add_argument("--set", type=Path, action="append", default=[], dest="sets", metavar="DIR")
+    parser.add_argument("--pairs", type=int, default=0, help="interleaved query embeddings per backend")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     results: dict[str, list[dict[str, float | str]]] = {}
@@ -74,6 +100,8 @@ def main() -> None:
         process, url = start_server(data_dir)
         try:
             remote = EndpointEmbedder(url, "all-minilm-l6-v2", query_timeout=30)
+            if args.pairs:
+                results["pairs"] = [pairs(local, remote, args.pairs)]
             for folder in args.sets:
                 dev = load_set(folder / "catalog.json", folder / "queries.jsonl")
                 rows = [
