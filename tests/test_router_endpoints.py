@@ -68,7 +68,7 @@ def texts_embedded(url: str) -> int:
 def test_an_endpoint_serving_the_bundled_model_ranks_the_test_catalog_as_the_model_in_process(
     endpoint: str, embedder: Embedder
 ) -> None:
-    remote = Router(EndpointEmbedder(endpoint, MODEL))
+    remote = Router(EndpointEmbedder(endpoint, MODEL, query_timeout=30))
     local = Router(embedder)
     for router in (remote, local):
         router.update(CATALOG)
@@ -149,7 +149,7 @@ def test_an_endpoint_down_at_start_up_is_used_once_it_answers(
     model_data_dir: Path, embedder: Embedder, caplog: pytest.LogCaptureFixture
 ) -> None:
     port = free_port()
-    settings = EmbeddingSettings(url=f"http://127.0.0.1:{port}/v1", model=MODEL, retry_seconds=0.01)
+    settings = EmbeddingSettings(url=f"http://127.0.0.1:{port}/v1", model=MODEL, retry_seconds=0.01, query_timeout=30)
     remote = load_embedder(settings, model_data_dir)
     assert isinstance(remote, EndpointEmbedder)  # down now, but configured: BM25 until it answers
     assert "does not answer" in caplog.text
@@ -173,8 +173,8 @@ async def test_the_endpoint_killed_mid_run_falls_back_to_bm25_with_a_status_neve
     process, url = start_embeddings_server(model_data_dir)
     settings = Settings(
         data_dir=tmp_path / "data",
-        routing=RoutingSettings(mode="search", no_fit_threshold=0.0),
-        embedding=EmbeddingSettings(url=url, model=MODEL, retry_seconds=0.05),
+        routing=RoutingSettings(mode="search", no_fit_threshold=0.0, search_timeout=60),
+        embedding=EmbeddingSettings(url=url, model=MODEL, retry_seconds=0.05, query_timeout=30),
     )
     upstream = UpstreamSpec(id="mem", prefix="mem", transport="memory", target=create_server("mem"))
     registry = Registry([upstream], settings)
