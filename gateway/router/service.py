@@ -344,10 +344,11 @@ class RouterService:
         except Exception:  # noqa: BLE001 - boundary: lexical search goes on without the model
             logger.exception("router: the embedding index could not be built; searching with BM25 alone")
         self._built = True
+        self._note_status()
         self._enrich_wanted.set()
         logger.info(
             "router: %s, ready in %.1f s (%d tool documents embedded, %d from the embedding cache)",
-            "embeddings + BM25" if self.router.dense else "BM25 only",
+            self.router.status,
             time.perf_counter() - started,
             self.router.embedded_documents,
             self.router.cached_documents,
