@@ -227,3 +227,18 @@ def test_eval_runs_with_the_endpoint_and_reports_it(tmp_path: Path, endpoint: st
     assert figures["embedding"] == f"openai-embeddings {MODEL} at {endpoint}/embeddings"
     assert f"embedding: openai-embeddings {MODEL} at {endpoint}/embeddings" in done.stdout
     assert figures["recall@1"] >= 0.4
+
+
+def test_eval_with_an_endpoint_that_is_down_says_its_figures_are_bm25s(tmp_path: Path) -> None:
+    catalog_path, queries_path = _write_eval_files(tmp_path)
+    env = gateway_env(tmp_path)
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    env.update(GATEWAY_EMBEDDING__URL=url, GATEWAY_EMBEDDING__MODEL=MODEL)
+    args = ["eval", "--catalog", str(catalog_path), "--queries", str(queries_path), "--json"]
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway", *args], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "unreachable" in figures["embedding_failure"] and figures["router"].startswith("weighted")
+    assert "FAILED during the run, so these figures are partly BM25 alone's" in done.stdout
