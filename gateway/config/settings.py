@@ -12,7 +12,7 @@ import socket
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "ReloadSettings",
     "ResilienceSettings",
     "RoutingSettings",
+    "SecondStageSettings",
     "Settings",
     "TracingSettings",
     "default_data_dir",
@@ -168,6 +169,47 @@ class EmbeddingSettings(BaseModel):
             "applies to the bundled model and models of its layout."
         ),
     )
+    # --- issue 30: your own model, on this machine (model_sha256) or behind an endpoint (url ...)
+    model_sha256: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            'With `model_path`: the sha256 of the directory\'s files, as JSON (`{"model.onnx": "9f2c..."}`); '
+            "every file named is checked when the model loads, and a mismatch routes with BM25 alone."
+        ),
+    )
+    url: str | None = Field(
+        default=None,
+        description=(
+            "An OpenAI-compatible embeddings endpoint (`http://127.0.0.1:11434/v1`: Ollama, vLLM, "
+            "text-embeddings-inference, Infinity, LiteLLM, OpenAI); `/embeddings` is appended unless the URL "
+            "ends with it. Set: tools and requests are embedded there, by the model `model`."
+        ),
+    )
+    api_key_env: str | None = Field(
+        default=None,
+        description="With `url`: the environment variable holding the endpoint's API key (sent as a bearer token).",
+    )
+    request_batch: int = Field(
+        default=64, ge=1, le=2048, description="With `url`: most texts sent in one request to the endpoint."
+    )
+    timeout: float = Field(
+        default=30.0, gt=0, le=600, description="With `url`: seconds a request of documents may take."
+    )
+    query_timeout: float = Field(
+        default=2.0,
+        gt=0,
+        le=60,
+        description=(
+            "With `url`: seconds a search request's embedding may take; past it, or with the endpoint "
+            "down, that search is ranked with BM25 alone (keep it under `GATEWAY_ROUTING__SEARCH_TIMEOUT`)."
+        ),
+    )
+    retry_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="With `url`: after a failure, seconds before the endpoint is tried again (BM25 meanwhile).",
+    )
 
 
 class RoutingSettings(BaseModel):
@@ -239,6 +281,55 @@ class CodeModeSettings(BaseModel):
     )
     workers: int = Field(default=2, ge=1, le=64, description="Most sandbox worker processes running programs at once.")
     warm_workers: int = Field(default=1, ge=0, le=64, description="Worker processes kept started while idle.")
+
+
+class SecondStageSettings(BaseModel):
+    """A second look at the router's top candidates (issue 30): a reranker endpoint or an LLM judge.
+
+    Bounded in time and candidates; on any failure (down, slow, nonsense) the first stage's
+    ranking stands. See docs/router.md, "Choosing a model"."""
+
+    kind: Literal["off", "rerank", "judge"] = Field(
+        default="off",
+        description=(
+            "off: the router's ranking as is; rerank: a `/rerank` endpoint (text-embeddings-inference, "
+            "Infinity, Cohere, Jina, Voyage) reorders the top candidates; judge: an LLM says which candidates "
+            "fit the request, or that none does (the client's own model through MCP sampling when the client "
+            "offers it and `sampling` is on, else the chat endpoint at `url`)."
+        ),
+    )
+    url: str | None = Field(
+        default=None,
+        description=(
+            "rerank: the endpoint (`/rerank` is appended unless the URL ends with it); judge: an "
+            "OpenAI-compatible chat endpoint (`/chat/completions` appended likewise), used when the client "
+            "offers no sampling; unset: the judge asks the client only."
+        ),
+    )
+    model: str | None = Field(default=None, description="The model the endpoint runs (sent as `model`).")
+    api_key_env: str | None = Field(
+        default=None, description="The environment variable holding the endpoint's API key (a bearer token)."
+    )
+    sampling: bool = Field(
+        default=True,
+        description="judge: ask the client's own model through MCP sampling when the client declares sampling.",
+    )
+    candidates: int = Field(
+        default=10, ge=2, le=50, description="The first stage's best tools the second stage looks at."
+    )
+    timeout: float = Field(
+        default=10.0,
+        gt=0,
+        le=120,
+        description="Seconds the second stage may take; past it the first stage's ranking stands.",
+    )
+    max_tokens: int = Field(default=200, ge=16, le=4096, description="judge: most tokens of the model's answer.")
+
+    @model_validator(mode="after")
+    def _check_rerank_url(self) -> SecondStageSettings:
+        if self.kind == "rerank" and not self.url:
+            raise ValueError("kind rerank needs url: the reranker's /rerank endpoint (GATEWAY_SECOND_STAGE__URL)")
+        return self
 
 
 class LearningSettings(BaseModel):
@@ -499,6 +590,7 @@ class Settings(BaseSettings):
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     codemode: CodeModeSettings = Field(default_factory=CodeModeSettings)
     learning: LearningSettings = Field(default_factory=LearningSettings)
+    second_stage: SecondStageSettings = Field(default_factory=SecondStageSettings)
     plugins: PluginSettings = Field(default_factory=PluginSettings)
     resilience: ResilienceSettings = Field(default_factory=ResilienceSettings)
     records: RecordsSettings = Field(default_factory=RecordsSettings)

@@ -64,8 +64,9 @@ Shown = Literal["all", "search", "dynamic", "code"]
 MAX_LIMIT = 50
 
 NO_TOOL_FITS = "No tool fits this request."
-"""What search_tools and POST /route answer when the best tool scores under
-`routing.no_fit_threshold`; the closest tools follow as hints, not matches."""
+"""What search_tools, POST /route and `mcp-gateway search` answer when the best tool scores under
+`routing.no_fit_threshold` (or the second stage's judge says none fits); the closest tools follow
+as hints, not matches."""
 
 SEARCH_TOOL = types.Tool(
     name="search_tools",

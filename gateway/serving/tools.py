@@ -37,6 +37,7 @@ from gateway.records.recorder import CLIENT_NOTE, SESSION_NOTE
 from gateway.registry import Registry
 from gateway.relay import Interactions, connection_of
 from gateway.router.base import SearchHit
+from gateway.router.second_stage import Routing, SecondStage
 from gateway.router.service import RouterService
 from gateway.security.http_guard import current_principal, forwardable_token, principal_in
 from gateway.security.limits import cap_result
@@ -61,6 +62,7 @@ from gateway.serving.exposure import (
 from gateway.serving.notifications import Notifications
 from gateway.serving.pagination import page
 from gateway.serving.passthrough import expose_result_uris, forwarded_meta, relayed_error
+from gateway.serving.sampling_judge import sampling_ask
 from gateway.serving.startup import StartupWait
 from gateway.serving.tasks import TaskProxy
 
@@ -102,6 +104,7 @@ class ToolHandlers:
         """Whether every request is its own connection (stateless HTTP): then nothing is kept per session."""
         self.callers = CallerIds()
         self.tasks = TaskProxy(registry, self.prepare_call, stateless)
+        self.second_stage = SecondStage(settings.second_stage, settings.routing.no_fit_threshold)
         registry.check_calls(security.limits)
         """Task-augmented calls (`gateway.serving.tasks`), checked as other calls are (`prepare_call`)."""
         self._session_tools: weakref.WeakKeyDictionary[Any, SessionTools] = weakref.WeakKeyDictionary()
@@ -232,10 +235,11 @@ class ToolHandlers:
             return error_result(InvalidArguments(str(exc)))
         session_id, _ = self.callers.of(ctx, stateless=self.stateless())
         principal, usable = principal_in(ctx.request), self.tasks.usable(ctx)
-        hits = await self.search(query, limit, principal, session_id=session_id, usable=usable)
+        routing = await self.route(query, limit, principal, ctx, session_id=session_id, usable=usable)
+        hits = routing.hits
         code = self.mode(ctx) == "code"
         payload = [tool_payload(hit, code=code) for hit in hits]
-        if hits and not self.fits(hits):
+        if hits and not routing.fits:
             text = f"{NO_TOOL_FITS} The closest tools, as hints only: {json.dumps(payload, ensure_ascii=False)}"
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=text)],
@@ -288,6 +292,23 @@ class ToolHandlers:
         self.records.record_run(run_id, at, program, result, latency_ms, session_id=session_id, client_id=client_id)
         with_token: types.CallToolResult = _with_feedback_token(result, {EXECUTION_ID_NOTE: run_id})
         return with_token
+
+    async def route(
+        self,
+        query: str,
+        limit: int,
+        principal: Principal | None = None,
+        ctx: ServerRequestContext[Any, Any] | None = None,
+        *,
+        session_id: str | None = None,
+        usable: Callable[[types.Tool], bool] | None = None,
+    ) -> Routing:
+        """`search`, then the second stage (`GATEWAY_SECOND_STAGE__*`, judged by the client's own model
+        through sampling when `ctx`'s client offers it): the tools and whether any fits."""
+        hits = await self.search(
+            query, self.second_stage.wanted(limit), principal, session_id=session_id, usable=usable
+        )
+        return await self.second_stage.refine(query, hits, limit, sampling_ask(ctx))
 
     def fits(self, hits: list[SearchHit]) -> bool:
         """False when the best result scores under `routing.no_fit_threshold`: no tool fits the request."""
