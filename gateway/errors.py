@@ -17,6 +17,12 @@
 
 docs/errors.md lists every code with an example result.
 
+Every code belongs to one class (`error_class`), as HTTP splits 4xx from 5xx, so a caller's
+mistakes are never counted against a server: `caller` (the request cannot be served as asked:
+an unknown or withheld tool, bad arguments, a limit), `upstream` (the server failed, timed out,
+refused the gateway, or answered with an error of its own: `tool_error`, `protocol_error`) and
+`gateway` (the gateway itself failed: `execution_error`, `internal_error`, any other code).
+
 `ConfigError` (in `gateway.config.loader`) is separate: it stops the gateway before it starts.
 
 A gateway-made error on `tools/call` becomes a tool result with `isError: true`, one
@@ -27,12 +33,17 @@ sentence a model can act on, and `_meta[ERROR_META_KEY]` carrying a machine-read
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, Literal
 
 import mcp_types as types
 
 __all__ = [
+    "CALLER_CODES",
+    "ERROR_CLASSES",
     "ERROR_META_KEY",
+    "UPSTREAM_CODES",
+    "ErrorClass",
     "CircuitOpen",
     "ExceededRetries",
     "ExecutionError",
@@ -46,11 +57,53 @@ __all__ = [
     "UpstreamTimeout",
     "UpstreamUnauthorized",
     "UpstreamUnavailable",
+    "error_class",
     "error_result",
+    "naming_exposed_tool",
 ]
 
 ERROR_META_KEY = "mcp-gateway/error"
 """The `_meta` key of a gateway-made error result: `{"code": ..., "server": ...}`."""
+
+ErrorClass = Literal["caller", "upstream", "gateway"]
+ERROR_CLASSES: tuple[ErrorClass, ...] = ("caller", "upstream", "gateway")
+CALLER_CODES = frozenset(
+    {
+        "tool_not_found",
+        "tool_withheld",
+        "task_required",
+        "invalid_arguments",
+        "relay_refused",
+        "rate_limited",
+        "cancelled",  # the caller gave up on the call (HTTP's 499)
+    }
+)
+"""The caller's side (HTTP's 4xx): the call could not be served as asked, and no server is at fault."""
+UPSTREAM_CODES = frozenset(
+    {
+        "tool_error",  # the server's own error result
+        "protocol_error",  # the server answered with a JSON-RPC error
+        "upstream_unavailable",
+        "outcome_unknown",
+        "upstream_timeout",
+        "upstream_unauthorized",
+        "circuit_open",
+        "exceeded_retries",
+    }
+)
+"""The server's side (HTTP's 502/503/504): it failed, timed out, refused the gateway, or said no."""
+
+
+def error_class(code: str | None) -> ErrorClass | None:
+    """Whose failure an error code is: None for no code (a success), `gateway` for any code not
+    known as the caller's or the upstream's (the gateway's own, or a plugin's)."""
+    if code is None:
+        return None
+    if code in CALLER_CODES:
+        return "caller"
+    if code in UPSTREAM_CODES:
+        return "upstream"
+    return "gateway"
 
 
 class GatewayError(Exception):
@@ -140,3 +193,24 @@ def error_result(error: GatewayError) -> types.CallToolResult:
         is_error=True,
         _meta={ERROR_META_KEY: meta},
     )
+
+
+def naming_exposed_tool(result: types.CallToolResult, original: str, exposed: str) -> types.CallToolResult:
+    """An upstream's error result with its own tool name replaced by the one the model called.
+
+    SDK servers word a failing tool's error as `Error executing tool now: ...` (Python) or
+    `Tool now not found` (TypeScript): a model that only knows `clock__now` cannot tell what `now`
+    is. Only the name where it follows the word "tool" is replaced, so other uses of a short
+    name such as `now` in the text stay as the server wrote them."""
+    if not result.is_error or original == exposed:
+        return result
+    pattern = re.compile(rf"(\btool\s+['\"`]?){re.escape(original)}(?![\w-])", re.IGNORECASE)
+    changed = False
+    content: list[Any] = []
+    for block in result.content:
+        if isinstance(block, types.TextContent):
+            text = pattern.sub(lambda m: m.group(1) + exposed, block.text)
+            if text != block.text:
+                block, changed = block.model_copy(update={"text": text}), True
+        content.append(block)
+    return result.model_copy(update={"content": content}) if changed else result

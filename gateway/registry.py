@@ -34,7 +34,7 @@ from gateway.calls.validation import ArgumentValidator
 from gateway.catalog import Catalog, Entry, ServerListing, build_catalog
 from gateway.config.security import LimitsConfig
 from gateway.config.settings import Settings
-from gateway.errors import ExecutionError, GatewayError, ToolNotFound, UpstreamUnauthorized
+from gateway.errors import ExecutionError, GatewayError, ToolNotFound, UpstreamUnauthorized, naming_exposed_tool
 from gateway.observability.health import server_health
 from gateway.observability.metrics import GatewayMetrics, UpstreamFigures
 from gateway.plugins import PluginManager
@@ -115,8 +115,10 @@ class Registry:
         self._observer: Middleware | None = None
         self.admission: list[Middleware] = [runnable]
         """The layers that refuse calls which must not go on (`check_calls`, `admit`)."""
+        self._counted: Middleware = CallMetrics(self.metrics)
+        """Outside the admission layers: a refused call (an unknown tool, a limit) is counted too,
+        as the caller's error."""
         self._core: list[Middleware] = [
-            CallMetrics(self.metrics),
             ArgumentValidator(),
             Retries(
                 resilience.retry_attempts,
@@ -128,7 +130,7 @@ class Registry:
             apply_timeout,
         ]
         if plugins is not None and _has_call_hooks(plugins):
-            self._core.insert(1, PluginHooks(plugins))
+            self._core.insert(0, PluginHooks(plugins))
         self.call_chain: list[Middleware] = []
         """What every proxied tool call runs through, outermost first (see `gateway.calls`)."""
         self._compose()
@@ -402,7 +404,7 @@ class Registry:
 
     def _compose(self) -> None:
         outer = [layer for layer in (self._observer, self._recorder) if layer is not None]
-        self.call_chain = [*outer, *self.admission, *self._core]
+        self.call_chain = [*outer, self._counted, *self.admission, *self._core]
         self._run_call = compose(self.call_chain)
 
     def record_calls(self, recorder: Middleware) -> None:
@@ -485,7 +487,7 @@ class Registry:
             )
             if not isinstance(result, types.CallToolResult):
                 raise ExecutionError(f"Server {upstream.id!r} answered {name!r} with something that is not a result.")
-            return result
+            return naming_exposed_tool(result, entry.original, name)
 
         return ToolCall(
             server=upstream.id,

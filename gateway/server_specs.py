@@ -23,6 +23,7 @@ from gateway.config.loader import (
     ConfigError,
     GatewayConfig,
     ServerConfig,
+    UnusableServer,
     validate_plugin_options,
     validate_plugin_settings,
 )
@@ -125,7 +126,21 @@ def specs_from_config(config: GatewayConfig, settings: Settings | None = None) -
     vault = None
     if any(server.auth is not None for server in config.servers.values()):
         vault = vault_from_settings(settings or Settings())
-    return [spec_from_config(server, settings, vault) for server in config.servers.values()]
+    specs = [spec_from_config(server, settings, vault) for server in config.servers.values()]
+    return specs + [_unusable_spec(server) for server in config.unusable.values()]
+
+
+def _unusable_spec(server: UnusableServer) -> UpstreamSpec:
+    """A server whose entry cannot be used (`GatewayConfig.unusable`): reported failed with the reason."""
+    return UpstreamSpec(
+        id=server.id,
+        prefix=server.prefix,
+        transport=server.transport,
+        target="",
+        enabled=server.enabled,
+        origin="config",
+        failure=server.reason,
+    )
 
 
 def plugin_settings(pm: PluginManager, name: str, config: GatewayConfig | None) -> BaseModel | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import selectors
+import shutil
 import socket
 import subprocess
 import sys
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parent.parent
 DEMO_SERVER = REPO / "tests" / "servers" / "demo_server.py"
 FIXTURE_PLUGINS = REPO / "tests" / "fixtures" / "plugins"
+EXAMPLE_CONFIG = REPO / "tests" / "fixtures" / "example-config.yaml"
+"""The example `external-mcps.yaml` as the repository ships it. Tests copy this one, never the
+repository's own file, which the README invites users to edit (change both together)."""
 
 
 ONE_WORKER_MODULES = frozenset(
@@ -218,6 +222,12 @@ def demo_http_url() -> Iterator[str]:
         yield url
     finally:
         stop_process(process)
+
+
+def example_config(folder: Path) -> Path:
+    """A pristine copy of the shipped example config, as `folder/external-mcps.yaml`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return Path(shutil.copy(EXAMPLE_CONFIG, folder / "external-mcps.yaml"))
 
 
 def write_config(path: Path, body: str) -> Path:

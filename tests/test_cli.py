@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,15 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.conftest import DEMO_SERVER, REPO, gateway_env, write_config
+from tests.conftest import (
+    DEMO_SERVER,
+    REPO,
+    example_config,
+    gateway_env,
+    start_gateway_http,
+    stop_process,
+    write_config,
+)
 
 BUILTIN_PLUGINS = REPO / "plugins"
 BROKEN_PLUGINS = REPO / "tests" / "fixtures" / "broken_plugins"
@@ -34,8 +43,13 @@ def run_cli(
     )
 
 
+def example(tmp_path: Path) -> str:
+    """A pristine copy of the shipped example config (never the repository's, which users edit)."""
+    return str(example_config(tmp_path / "example"))
+
+
 def test_check_on_the_example_config_reports_every_server_ok(tmp_path: Path) -> None:
-    result = run_cli("--config", str(REPO / "external-mcps.yaml"), "check", tmp_path=tmp_path)
+    result = run_cli("--config", example(tmp_path), "check", tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["SERVER", "TRANSPORT", "STATUS", "TOOLS", "LATENCY"]
@@ -47,10 +61,16 @@ def test_check_on_the_example_config_reports_every_server_ok(tmp_path: Path) -> 
 
 
 def test_the_example_config_serves_the_openapi_example_spec_shipped_with_the_plugin(tmp_path: Path) -> None:
-    tools = run_cli("--config", str(REPO / "external-mcps.yaml"), "tools", "--server", "openapi", tmp_path=tmp_path)
+    tools = run_cli("--config", example(tmp_path), "tools", "--server", "openapi", tmp_path=tmp_path)
     assert [line.split()[0] for line in tools.stdout.splitlines()[1:]] == ["openapi__call_api", "openapi__search_api"]
     result = run_cli(
-        "--config", str(REPO / "external-mcps.yaml"), "call", "openapi__search_api", "--args", "{}", tmp_path=tmp_path
+        "--config",
+        example(tmp_path),
+        "call",
+        "openapi__search_api",
+        "--args",
+        "{}",
+        tmp_path=tmp_path,
     )
     assert result.returncode == 0, result.stderr
     assert "(github, 16 operations, base URL https://api.github.com)" in result.stdout
@@ -98,7 +118,7 @@ def test_a_stdio_servers_relative_paths_are_found_from_the_config_files_folder(t
 
 
 def test_tools_lists_one_servers_namespaced_tools(tmp_path: Path) -> None:
-    result = run_cli("--config", str(REPO / "external-mcps.yaml"), "tools", "--server", "clock", tmp_path=tmp_path)
+    result = run_cli("--config", example(tmp_path), "tools", "--server", "clock", tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr
     names = [line.split()[0] for line in result.stdout.splitlines()[1:]]
     assert names == sorted(names) and "clock__now" in names and "clock__convert_time" in names
@@ -106,7 +126,7 @@ def test_tools_lists_one_servers_namespaced_tools(tmp_path: Path) -> None:
 
 
 def test_tools_json_gives_full_tool_definitions(tmp_path: Path) -> None:
-    result = run_cli("--config", str(REPO / "external-mcps.yaml"), "tools", "--json", tmp_path=tmp_path)
+    result = run_cli("--config", example(tmp_path), "tools", "--json", tmp_path=tmp_path)
     tools = {t["name"]: t for t in json.loads(result.stdout)}
     assert tools["notes__add_note"]["inputSchema"]["required"] == ["title", "text"]
     sql_tools = {"sql__describe_schema", "sql__execute_sql", "sql__add_records", "sql__generate_sql"}
@@ -117,7 +137,7 @@ def test_tools_json_gives_full_tool_definitions(tmp_path: Path) -> None:
 def test_call_runs_one_tool_and_prints_its_result(tmp_path: Path) -> None:
     result = run_cli(
         "--config",
-        str(REPO / "external-mcps.yaml"),
+        example(tmp_path),
         "call",
         "clock__convert_time",
         "--args",
@@ -132,14 +152,20 @@ def test_call_runs_one_tool_and_prints_its_result(tmp_path: Path) -> None:
 
 
 def test_call_of_an_unknown_tool_exits_1_with_close_names(tmp_path: Path) -> None:
-    result = run_cli("--config", str(REPO / "external-mcps.yaml"), "call", "clock__nw", tmp_path=tmp_path)
+    result = run_cli("--config", example(tmp_path), "call", "clock__nw", tmp_path=tmp_path)
     assert result.returncode == 1
     assert "clock__now" in result.stdout
 
 
 def test_call_with_arguments_that_are_not_json_exits_2(tmp_path: Path) -> None:
     result = run_cli(
-        "--config", str(REPO / "external-mcps.yaml"), "call", "clock__now", "--args", "{oops", tmp_path=tmp_path
+        "--config",
+        example(tmp_path),
+        "call",
+        "clock__now",
+        "--args",
+        "{oops",
+        tmp_path=tmp_path,
     )
     assert result.returncode == 2
     assert "--args is not valid JSON" in result.stderr
@@ -184,11 +210,10 @@ def test_a_broken_plugin_does_not_stop_the_gateway_and_fails_check(tmp_path: Pat
         ("mcps:\n  a:\n    command: x\n   bad: indent\n", "gw.yaml:4"),
         ("mcps:\n  a:\n    command: x\n    timeout: -3\n", "gw.yaml:4: mcps.a.timeout"),
         ("mcps:\n  a:\n    comand: x\n", "did you mean 'command'"),
-        ("mcps:\n  a:\n    url: http://h/mcp\n    headers: {X: '${NOPE_NOT_SET}'}\n", "NOPE_NOT_SET is not set"),
         ("mcps:\n  a: {}\n", "gw.yaml:2: mcps.a"),
         ("mcp: {}\n", "did you mean 'mcps'"),
     ],
-    ids=["syntax", "bad-timeout", "typo", "missing-env", "no-transport", "unknown-top-level"],
+    ids=["syntax", "bad-timeout", "typo", "no-transport", "unknown-top-level"],
 )
 def test_every_bad_config_gives_one_clear_line_and_exit_code_2(tmp_path: Path, body: str, expected: str) -> None:
     config = tmp_path / "gw.yaml"
@@ -228,9 +253,7 @@ def test_a_claude_desktop_config_file_is_accepted_as_it_is(tmp_path: Path) -> No
 def test_the_router_ranks_the_built_in_plugins_tools_on_the_example_config(
     tmp_path: Path, query: str, expected: str
 ) -> None:
-    result = run_cli(
-        "--config", str(REPO / "external-mcps.yaml"), "search", query, "--k", "3", "--json", tmp_path=tmp_path
-    )
+    result = run_cli("--config", example(tmp_path), "search", query, "--k", "3", "--json", tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr
     assert expected in [hit["name"] for hit in json.loads(result.stdout)]
 
@@ -259,7 +282,7 @@ def test_global_options_are_accepted_after_the_command(tmp_path: Path) -> None:
         "--server",
         "clock",
         "--config",
-        str(REPO / "external-mcps.yaml"),
+        example(tmp_path),
         "--log-level",
         "ERROR",
         tmp_path=tmp_path,
@@ -298,3 +321,85 @@ async def test_serve_with_its_config_after_the_command_serves_over_stdio(tmp_pat
         async with Client(params) as client:  # type: ignore[arg-type]
             result = await client.call_tool("mem__echo", {"text": "after the command"})
     assert result.content[0].text == "after the command"  # type: ignore[union-attr]
+
+
+README_REMOTE = """\
+  remote:                                  # streamable HTTP (`transport: sse` for legacy SSE)
+    url: https://mcp.example.com/mcp
+    headers: {Authorization: "Bearer ${REMOTE_TOKEN}"}
+    prefix: r                              # tools become r__<tool>
+"""
+
+
+def test_the_readmes_remote_example_is_in_the_readme() -> None:
+    assert README_REMOTE in (REPO / "README.md").read_text(), "the entry the next test starts from"
+
+
+@pytest.mark.anyio
+async def test_an_entry_whose_variable_is_unset_fails_alone_and_the_others_are_served(tmp_path: Path) -> None:
+    """The README's `remote` entry without $REMOTE_TOKEN set: that server is failed, with the file, line
+    and key; the gateway serves, and the stdio child next to it answers."""
+    config = write_config(
+        tmp_path / "gw.yaml",
+        f"mcps:\n  child:\n    command: {sys.executable}\n    args: ['{DEMO_SERVER}', stdio]\n" + README_REMOTE,
+    )
+    env = gateway_env(tmp_path)
+    env.pop("REMOTE_TOKEN", None)
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "gateway", "--config", str(config), "serve", "--transport", "stdio"],
+        env=env,
+        cwd=str(tmp_path),
+    )
+    with anyio.fail_after(60):
+        async with Client(params) as client:  # type: ignore[arg-type]
+            assert (await client.call_tool("child__add", {"a": 2, "b": 3})).content[0].text == "5"  # type: ignore[union-attr]
+
+    result = run_cli("--config", str(config), "check", tmp_path=tmp_path)
+    assert result.returncode == 1, "a failed server is a failed check"
+    rows = {line.split()[0]: line.split() for line in result.stdout.splitlines()[1:] if line[:1] != " "}
+    assert (rows["child"][2], rows["remote"][2]) == ("ok", "failed")
+    reason = f"  remote: {config}:7: mcps.remote.headers.Authorization: environment variable REMOTE_TOKEN is not set"
+    assert reason in result.stdout, result.stdout
+
+
+def test_no_test_reads_the_example_config_a_user_may_have_edited() -> None:
+    """The README invites users to edit `external-mcps.yaml`: tests copy `EXAMPLE_CONFIG` instead."""
+    reads = re.compile(r"(load_config|copy|str)\(\s*REPO / \"external-mcps\.yaml\"")
+    readers = [path.name for path in (REPO / "tests").glob("*.py") if reads.search(path.read_text())]
+    assert not readers, f"these tests read the user's own config: {readers}"
+
+
+def run_as_user(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """A command with the log level a user has who set none (the tests' own environment sets WARNING)."""
+    environment = gateway_env(tmp_path, plugins_dir=BUILTIN_PLUGINS)
+    del environment["GATEWAY_LOG_LEVEL"]
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", *args], capture_output=True, text=True, env=environment, cwd=REPO, timeout=120
+    )
+
+
+def test_one_shot_commands_print_only_their_result_at_the_default_log_level(tmp_path: Path) -> None:
+    config = example(tmp_path)
+    called = run_as_user("--config", config, "call", "clock__now", "--args", '{"timezone": "UTC"}', tmp_path=tmp_path)
+    assert called.returncode == 0 and called.stderr == "", called.stderr
+    assert len(called.stdout.strip().splitlines()) == 1 and "UTC" in called.stdout
+    checked = run_as_user("--config", config, "check", tmp_path=tmp_path)
+    assert checked.returncode == 0 and checked.stderr == "", checked.stderr
+    listed = run_as_user("--config", config, "servers", tmp_path=tmp_path)
+    assert listed.returncode == 0 and listed.stderr == "", listed.stderr
+    asked = run_as_user("--config", config, "--log-level", "INFO", "check", tmp_path=tmp_path)
+    assert "server 'clock' is ready" in asked.stderr, "an asked-for level is kept"
+
+
+def test_nothing_is_logged_after_the_servers_stopped(tmp_path: Path) -> None:
+    """A gateway stopped while it is still loading its embedding model: its log ends with the servers'
+    stop, not with the model's load finishing afterwards."""
+    config = write_config(tmp_path / "gw.yaml", "mcps: {}\n")
+    log = tmp_path / "gateway.log"
+    process, _ = start_gateway_http(config, tmp_path, {"GATEWAY_LOG_LEVEL": "INFO"}, log=log)
+    stop_process(process)  # at once: the router has just started loading the model
+    lines = log.read_text().strip().splitlines()
+    assert any(" is stopped " in line for line in lines), lines
+    last_stop = max(i for i, line in enumerate(lines) if " is stopped " in line)
+    assert lines[last_stop + 1 :] == [], "logged after every server stopped"

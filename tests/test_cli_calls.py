@@ -126,7 +126,8 @@ def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> object:
           tool_changes: block
         """,
     )
-    process, url = start_gateway_http(config, tmp_path, NO_EMBEDDINGS)
+    log = tmp_path / "gateway.log"  # at INFO: what an operator reads while acting on it
+    process, url = start_gateway_http(config, tmp_path, NO_EMBEDDINGS | {"GATEWAY_LOG_LEVEL": "INFO"}, log=log)
     monkeypatch.setenv("GATEWAY_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("GATEWAY_CONFIG", str(config))
     try:
@@ -184,7 +185,7 @@ def test_stores_opened_by_the_command_see_the_schema_of_the_console(tmp_path: Pa
 
 
 def test_servers_restart_disable_enable_and_reload_act_on_the_running_gateway(
-    served: tuple[object, str], capsys: pytest.CaptureFixture[str]
+    served: tuple[object, str], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     _, base = served
     wait_for(base, "alpha", "ready")
@@ -195,6 +196,9 @@ def test_servers_restart_disable_enable_and_reload_act_on_the_running_gateway(
     wait_for(base, "alpha", "ready")
     after = {s["server"]: s["pid"] for s in httpx2.get(f"{base}/admin/api/v1/servers", timeout=10).json()["servers"]}
     assert after["alpha"] != before["alpha"] and after["poisoned"] == before["poisoned"]
+    log = (tmp_path / "gateway.log").read_text()
+    assert "server 'alpha' (replaced or removed) is stopped (an operator restarted it)" in log
+    assert "the gateway stopped" not in log, "the gateway did not stop"
 
     assert run(["servers", "disable", "alpha"]) == 0
     wait_for(base, "alpha", "disabled")

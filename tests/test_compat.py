@@ -14,6 +14,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -120,6 +121,44 @@ async def test_a_third_party_server_over_http_or_legacy_sse_is_listed_and_callab
                 assert upstream.http_status in (200, 202)  # the statuses reach the supervisor
     finally:
         stop_process(process)
+
+
+PIP_NOISE = "WARNING: Location 'file:///opt/pypi-more/simple/mcp/' is ignored: it is neither a file nor a directory."
+
+
+def test_an_install_killed_by_the_system_says_so_and_shows_its_last_words_not_pips_noise() -> None:
+    """A pip run killed mid-install (exit -9, as the out-of-memory killer does), after dozens of pip's
+    ignored-location warnings: the error names the kill and keeps what the process said itself."""
+    script = (
+        "import os, sys\n"
+        f"for _ in range(60): print({PIP_NOISE!r}, file=sys.stderr)\n"
+        "print('Collecting mcp-server-time==2025.9.25', flush=True)\n"
+        f"for _ in range(60): print({PIP_NOISE!r}, file=sys.stderr)\n"
+        "sys.stderr.flush()\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    with pytest.raises(install.InstallError) as caught:
+        install.run_step([sys.executable, "-c", script], 60, "pip install mcp-server-time==2025.9.25")
+    message = str(caught.value)
+    assert "killed by SIGKILL (exit -9)" in message and "out-of-memory" in message
+    assert "Collecting mcp-server-time==2025.9.25" in message
+    assert "is ignored" not in message
+
+
+def test_an_install_that_fails_keeps_pips_error_lines_whatever_came_after() -> None:
+    script = (
+        "import sys\n"
+        "print('ERROR: Could not find a version that satisfies the requirement nope==9', file=sys.stderr)\n"
+        f"for _ in range(200): print({PIP_NOISE!r}, file=sys.stderr)\n"
+        "print('x' * 3000)\n"
+        "sys.exit(1)\n"
+    )
+    with pytest.raises(install.InstallError) as caught:
+        install.run_step([sys.executable, "-c", script], 60, "pip install nope==9")
+    message = str(caught.value)
+    assert message.startswith("pip install nope==9 failed (exit 1):")
+    assert "ERROR: Could not find a version that satisfies the requirement nope==9" in message
+    assert len(message) < 1600
 
 
 def test_the_matrix_has_twenty_pinned_servers_each_with_a_safe_call_or_a_reason() -> None:

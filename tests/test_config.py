@@ -376,9 +376,12 @@ def test_credentials_become_headers_for_http_and_sse_servers() -> None:
         assert s.headers == {} and s.secret_env == {}
 
 
-def test_a_missing_credential_variable_names_the_server_and_key() -> None:
-    err = error_for(FULL_EXAMPLE, {"REMOTE_TOKEN": "x", "REMOTE_KEY": "y"})
-    assert str(err) == (
+def test_a_missing_credential_variable_makes_only_that_server_unusable_naming_the_key() -> None:
+    config = parse_config(FULL_EXAMPLE, Path("external-mcps.yaml"), {"REMOTE_TOKEN": "x", "REMOTE_KEY": "y"})
+    assert set(config.servers) == {"remote", "legacy"}, "the others are served"
+    github = config.unusable["github"]
+    assert (github.prefix, github.transport, github.enabled) == ("gh", "stdio", True)
+    assert github.reason == (
         "external-mcps.yaml:10: mcps.github.credentials.GITHUB_PERSONAL_ACCESS_TOKEN_env: "
         "environment variable GH_TOKEN is not set"
     )
@@ -450,17 +453,28 @@ def test_double_dollar_brace_is_a_literal_dollar_brace() -> None:
     assert server(text).args == ["${HOME}", "cost $5", "${X:-y}"]
 
 
-def test_a_missing_environment_variable_names_the_server_and_key() -> None:
-    err = error_for(FULL_EXAMPLE, {"GH_TOKEN": "x", "REMOTE_KEY": "y"})
-    assert str(err) == (
+def test_a_missing_environment_variable_makes_only_that_server_unusable_naming_the_key() -> None:
+    config = parse_config(FULL_EXAMPLE, Path("external-mcps.yaml"), {"GH_TOKEN": "x", "REMOTE_KEY": "y"})
+    assert set(config.servers) == {"github", "legacy"}
+    remote = config.unusable["remote"]
+    assert (remote.prefix, remote.transport) == ("remote", "http")
+    assert remote.reason == (
         "external-mcps.yaml:18: mcps.remote.headers.Authorization: environment variable REMOTE_TOKEN "
         "is not set (use ${REMOTE_TOKEN:-default} for a default)"
     )
 
 
 def test_a_missing_variable_in_a_list_names_the_item() -> None:
-    err = error_for("mcps:\n  s:\n    command: x\n    args:\n      - a\n      - ${NOPE}\n")
-    assert (err.line, err.key) == (6, "mcps.s.args[1]")
+    config = parse_config(
+        "mcps:\n  s:\n    command: x\n    args:\n      - a\n      - ${NOPE}\n", Path("external-mcps.yaml"), {}
+    )
+    assert config.unusable["s"].reason.startswith("external-mcps.yaml:6: mcps.s.args[1]: environment variable NOPE")
+
+
+def test_a_disabled_server_missing_a_variable_stays_disabled() -> None:
+    text = "mcps:\n  s:\n    url: https://x/sse\n    enabled: false\n    headers: {A: '${NOPE}'}\n"
+    config = parse_config(text, Path("external-mcps.yaml"), {})
+    assert (config.unusable["s"].enabled, config.unusable["s"].transport) == (False, "sse")
 
 
 def test_a_malformed_reference_is_an_error() -> None:

@@ -56,22 +56,23 @@ def test_a_posted_form_becomes_arguments_of_the_schemas_types_and_blank_optional
     }
 
 
-def test_each_wrong_parameter_is_named_in_its_own_error() -> None:
+def test_each_wrong_parameter_has_its_own_error_in_plain_words() -> None:
     posted = {"arg.count": "three", "arg.unit": '"k"', "arg.ratio": "nan", "arg.tags": "[1,"}
     with pytest.raises(FormErrors) as caught:
         parse_form(form_for(SCHEMA), posted)
     errors = caught.value.errors
     assert set(errors) == {"count", "unit", "ratio", "tags"}
-    assert errors["count"] == "`count` must be an integer; got 'three'."
-    assert errors["unit"].startswith("`unit` must be one of c, f, 3")
+    assert errors["count"] == "Must be an integer; got 'three'."
+    assert errors["unit"].startswith("Must be one of c, f, 3")
     assert "finite" in errors["ratio"]
-    assert errors["tags"].startswith("`tags` must be JSON (array of string)")
+    assert errors["tags"].startswith("Must be JSON (array of string)")
+    assert not [message for message in errors.values() if "`" in message], "shown as text: no markup"
 
 
-def test_a_missing_required_parameter_is_named() -> None:
+def test_a_missing_required_parameter_is_told_so_under_its_field() -> None:
     with pytest.raises(FormErrors) as caught:
         parse_form(form_for(SCHEMA), {"arg.unit": '"c"'})
-    assert caught.value.errors == {"count": "`count` is required."}
+    assert caught.value.errors == {"count": "Required."}
 
 
 def test_raw_json_is_taken_instead_of_the_fields_and_must_be_an_object() -> None:
@@ -97,12 +98,22 @@ def _numbers(svg: str, attribute: str) -> list[float]:
 
 
 def test_a_sparkline_scales_to_its_largest_point_and_leaves_a_gap_where_one_is_missing() -> None:
-    svg = sparkline([1, 4, None, 2], width=90, height=24, label="p50 <ms>")
-    assert svg.count("<polyline") == 2  # broken at the missing point
+    svg = sparkline([1, 4, None, 2], width=90, height=24, label="p50 <ms>", unit=" ms")
+    assert svg.count("<polyline") == 1  # broken at the missing point
+    assert svg.count("<circle") == 1, "the point after the gap, alone, is a dot"
+    assert '<text class="scale" x="31" y="8" text-anchor="end">4 ms</text>' in svg, "the scale: its largest value"
     assert "p50 &lt;ms&gt;" in svg and "<ms>" not in svg
     ys = [float(point.split(",")[1]) for point in re.findall(r"[0-9.]+,[0-9.]+", svg)]
     assert min(ys) == pytest.approx(2.0)  # the largest point touches the top (2 px padding)
     assert sparkline([], label="x").count("<polyline") == 0
+
+
+def test_a_chart_of_one_point_shows_it_with_its_scale() -> None:
+    """A gateway's first minute of calls: one bar, one dot, each with the figure it stands for."""
+    one_bar = bars([0] * 14 + [3], unit="/min")
+    assert one_bar.count("<rect") == 1 and ">3/min</text>" in one_bar and ">0</text>" in one_bar
+    one_dot = sparkline([None] * 14 + [12.5], unit=" ms")
+    assert one_dot.count("<circle") == 1 and ">12 ms</text>" in one_dot and "<line" in one_dot
 
 
 def test_bars_have_heights_in_proportion_and_none_for_an_empty_minute() -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 import httpx2
+import mcp_types as types
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -180,7 +181,7 @@ async def test_a_tool_runs_from_its_generated_form_and_its_feedback_lands_in_the
     form.find_element(By.NAME, "arg.b").send_keys("x")
     form.find_element(By.CSS_SELECTOR, "button.run-button").click()
     error = wait_for(lambda: text_of(browser, ".field-error"), 10, "the form's error")
-    assert error == "`b` must be an integer; got 'x'."
+    assert error == "Must be an integer; got 'x'."
     kept = browser.find_element(By.CSS_SELECTOR, "#tool-child__add form")
     assert kept.find_element(By.NAME, "arg.a").get_attribute("value") == "20", "the arguments are kept to retry"
     b = kept.find_element(By.NAME, "arg.b")
@@ -369,5 +370,52 @@ def test_without_auth_the_console_opens_on_loopback_with_a_session_for_its_forms
             assert restarted.status_code == 200 and "child: restart done." in restarted.text
             assert http.post("/admin/servers/child/restart", data={}).status_code == 403
             assert "local" in http.get("/admin/audit").text
+    finally:
+        stop_process(process)
+
+
+async def test_the_console_shows_a_first_hour_as_it_was(browser: Any, tmp_path: Path) -> None:
+    """A new user's first calls, from a real client that names itself: a caller's mistake is not the
+    server's error, the in-process server is called so, a chart of one minute has its scale, the calls
+    name their client, the config page says what it shows, and the site has an icon."""
+    config = write_config(
+        tmp_path / "gateway.yaml", f"mcps:\n  child: {{command: {sys.executable}, args: ['{DEMO_SERVER}', stdio]}}\n"
+    )
+    process, url = start_gateway_http(config, tmp_path, NO_EMBEDDINGS)
+    try:
+        base = url.removesuffix("/mcp")
+        wait_for(lambda: httpx2.get(base + "/readyz", timeout=10).status_code == 200, 30, "the servers")
+        me = types.Implementation(name="first-hour", version="0.3")
+        async with Client(url, client_info=me) as client:
+            with anyio.fail_after(30):
+                assert not (await client.call_tool("child__add", {"a": 1, "b": 2})).is_error
+                assert (await client.call_tool("child__add", {"a": "one", "b": 2})).is_error
+                assert (await client.call_tool("nonexistent__tool", {})).is_error
+
+        browser.get(base + "/admin")
+        row = wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "tr[data-server=child]"), 10, "child's row")[0]
+        assert row.find_element(By.CSS_SELECTOR, ".errors").text == "0.0%", "a bad argument is not the server's error"
+        assert row.find_element(By.CSS_SELECTOR, ".caller-errors").text == "50.0%"
+        scales = [element.text for element in row.find_elements(By.CSS_SELECTOR, "svg text.scale")]
+        assert "2/min" in scales and "0" in scales, scales
+        mem = browser.find_element(By.CSS_SELECTOR, "tr[data-server=mem]").text
+        assert "in-process" in mem and "memory" not in mem
+
+        browser.get(base + "/admin/calls?server=child")
+        rows = wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#call-rows tr"), 10, "the calls")
+        assert [r.find_elements(By.CSS_SELECTOR, "td")[-1].text for r in rows] == ["first-hour/0.3"] * 2
+        browser.get(base + "/admin/calls?tool=nonexistent__tool")
+        row = wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#call-rows tr"), 10, "the unknown tool")[0]
+        assert row.find_elements(By.CSS_SELECTOR, "td")[1].text == "(no server)", "not an empty server name"
+
+        browser.get(base + "/admin/config")
+        source = browser.find_element(By.ID, "config-source").text
+        assert source == f"Parsed from {config}", "the YAML file's absolute path, and that it was parsed"
+        assert browser.title == "Config · mcp-gateway console"
+
+        icon = httpx2.get(base + "/favicon.ico", timeout=10)
+        assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml"
+        linked = browser.find_element(By.CSS_SELECTOR, "link[rel=icon]").get_attribute("href")
+        assert httpx2.get(linked, timeout=10).status_code == 200
     finally:
         stop_process(process)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -12,7 +14,7 @@ import mcp_types as types
 import pytest
 
 from gateway.serving.http import bind_socket
-from tests.conftest import NO_EMBEDDINGS, start_gateway_http, stop_process, write_config
+from tests.conftest import NO_EMBEDDINGS, REPO, start_gateway_http, stop_process, write_config
 
 INITIALIZE = {
     "jsonrpc": "2.0",
@@ -209,5 +211,40 @@ def test_sessions_a_client_left_open_are_closed_when_idle_and_their_number_is_bo
         gone = httpx2.post(url, headers=HEADERS | {"Mcp-Session-Id": first}, json=INITIALIZE | {"id": 2}, timeout=10)
         assert gone.status_code == 404
         assert httpx2.post(url, headers=HEADERS, json=INITIALIZE, timeout=10).status_code == 200
+    finally:
+        stop_process(process)
+
+
+SHORT_SCRIPT = """\
+import sys, anyio
+from mcp import Client
+
+async def main(url: str) -> None:
+    async with Client(url) as client:
+        result = await client.call_tool("notes__add_note", {"title": "groceries", "text": "milk"})
+        print(result.content[0].text)
+
+anyio.run(main, sys.argv[1])
+"""
+
+
+def test_a_short_sdk_script_that_adds_a_note_and_closes_prints_only_its_result(tmp_path: Path) -> None:
+    """The notes server's resource list changes with the note, and the gateway tells its clients so.
+    With the SDK client's default protocol (2026-07-28) no stream is left open to receive that after
+    the script closes: nothing but the result is printed (the handshake era's standing GET stream
+    is where the SDK client logs "Error parsing SSE message", docs/compatibility.md)."""
+    config = write_config(tmp_path / "gateway.yaml", "mcps: {}\n")
+    built_ins = {"GATEWAY_PLUGINS__DIRECTORY": str(REPO / "plugins")}
+    process, url = start_gateway_http(config, tmp_path, NO_EMBEDDINGS | built_ins)
+    script = tmp_path / "short.py"
+    script.write_text(SHORT_SCRIPT)
+    try:
+        for _ in range(2):
+            done = subprocess.run(
+                [sys.executable, str(script), url], capture_output=True, text=True, timeout=60, cwd=tmp_path
+            )
+            assert done.returncode == 0, done.stderr
+            assert done.stdout.startswith("Added note 'groceries"), done.stdout
+            assert done.stderr == "", done.stderr
     finally:
         stop_process(process)

@@ -43,7 +43,9 @@ async def gateway(tmp_path: Path) -> AsyncIterator[GatewayServer]:
             yield GatewayServer(registry, settings, router)
 
 
-async def test_calls_are_counted_by_server_tool_and_status_with_errors_by_code_and_latency(tmp_path: Path) -> None:
+async def test_calls_are_counted_by_server_tool_and_status_with_errors_by_code_class_and_latency(
+    tmp_path: Path,
+) -> None:
     async with gateway(tmp_path) as gw, Client(gw.server) as client:
         for _ in range(2):
             assert not (
@@ -54,6 +56,7 @@ async def test_calls_are_counted_by_server_tool_and_status_with_errors_by_code_a
         assert bad.is_error
         slow = await client.call_tool("call_tool", {"name": "mem__sleep", "arguments": {"seconds": 5}})
         assert slow.is_error
+        assert (await client.call_tool("call_tool", {"name": "nonexistent__tool", "arguments": {}})).is_error
         found = samples(gw.registry.metrics.exposition().decode())
 
     calls = "mcp_gateway_tool_calls_total"
@@ -62,9 +65,13 @@ async def test_calls_are_counted_by_server_tool_and_status_with_errors_by_code_a
     assert value(found, calls, server="mem", tool="mem__fail", status="error") == 1
     assert value(found, calls, server="mem", tool="mem__sleep", status="timeout") == 1
     errors = "mcp_gateway_tool_call_errors_total"
-    assert value(found, errors, server="mem", code="tool_error") == 1
-    assert value(found, errors, server="mem", code="invalid_arguments") == 1
-    assert value(found, errors, server="mem", code="upstream_timeout") == 1
+    upstream, caller = {"class": "upstream"}, {"class": "caller"}  # whose failure: the server's, the caller's
+    assert value(found, errors, server="mem", code="tool_error", **upstream) == 1
+    assert value(found, errors, server="mem", code="invalid_arguments", **caller) == 1
+    assert value(found, errors, server="mem", code="upstream_timeout", **upstream) == 1
+    assert value(found, errors, server="(no server)", code="tool_not_found", **caller) == 1
+    assert value(found, calls, server="(no server)", tool="nonexistent__tool", status="error") == 1
+    assert not [key for key in found if ("server", "") in key[1]], "no series with an empty server name"
     assert value(found, "mcp_gateway_tool_call_duration_seconds_count", server="mem") == 5
     assert value(found, "mcp_gateway_tool_call_duration_seconds_bucket", server="mem", le="0.25") == 4
     assert value(found, "mcp_gateway_tool_calls_in_flight", server="mem") == 0

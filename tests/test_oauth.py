@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -262,6 +263,59 @@ async def test_login_then_calls_refresh_and_relogin_after_revocation(provider: P
     assert "refreshed its OAuth access token" in log.read_text()  # the log was captured, at DEBUG
     logs = [log, tmp_path / "login.log", tmp_path / "relogin.log"]
     assert_no_token_in(provider.issued(), logs, tmp_path / "data", said)
+
+
+async def test_a_token_endpoint_that_is_down_at_refresh_time_is_named_not_the_server(
+    provider: Provider, tmp_path: Path
+) -> None:
+    """The authorization server goes down while the MCP server stays up: when the access token needs
+    refreshing, the call's error and the server's state name the token endpoint, not the MCP server."""
+    config = oauth_config(tmp_path, provider.url)
+    env = oauth_env(tmp_path)
+    gateway, url = start_gateway_http(config, tmp_path, env)
+    try:
+        with anyio.fail_after(90):
+            async with gateway_client(url) as client:
+                await login(config, env, "web")
+                await wait_for_tool(client, "web__whoami")
+                assert text_of(await client.call_tool("web__whoami", {})) == "operator"
+
+                provider.process.send_signal(signal.SIGUSR1)  # the authorization server alone stops
+                while True:  # until its port refuses connections
+                    try:
+                        httpx2.get(provider.issuer + "/admin/stats", timeout=5)
+                    except httpx2.ConnectError:
+                        break
+                    await anyio.sleep(0.1)
+                await anyio.sleep(TOKEN_TTL + 0.5)  # the access token expired meanwhile
+                failed = await client.call_tool("web__whoami", {})
+                message = text_of(failed)
+                assert error_code(failed) in ("upstream_unavailable", "exceeded_retries"), message
+                assert f"token endpoint {provider.issuer}/token" in message, message
+                assert "could not be reached" not in message, "the MCP server was not the one down"
+                readyz = httpx2.get(url.removesuffix("/mcp") + "/readyz", timeout=10).json()
+                [web] = [server for server in readyz["servers"] if server["server"] == "web"]
+                assert f"token endpoint {provider.issuer}/token" in (web["reason"] or ""), web
+    finally:
+        stop_process(gateway)
+
+
+async def test_logging_in_again_reuses_the_client_registration_and_logout_leaves_nothing_behind(
+    provider: Provider, tmp_path: Path
+) -> None:
+    """With the default `callback_port: 0`: the second login registers no second client, and logout
+    deletes the registration with the tokens."""
+    config = oauth_config(tmp_path, provider.url)
+    env = oauth_env(tmp_path)
+    with anyio.fail_after(90):
+        await login(config, env, "web")
+        await login(config, env, "web")
+    assert provider.stats()["registrations"] == 1
+    stored = tmp_path / "data" / "oauth" / "web"
+    assert [path.name for path in stored.glob("client-*.fernet")], "the registration is kept between logins"
+    logout = run_cli(config, env, "logout", "web")
+    assert logout.returncode == 0, logout.stderr
+    assert sorted(path.name for path in stored.iterdir()) == []
 
 
 async def test_a_pre_registered_client_from_the_environment(tmp_path: Path) -> None:

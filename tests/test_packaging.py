@@ -18,7 +18,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.conftest import REPO
+from tests.conftest import EXAMPLE_CONFIG, REPO
 
 BUILTINS = ("clock", "notes", "openapi", "sql")
 CONVERT = {"time": "2025-01-15T12:00:00", "from_timezone": "UTC", "to_timezone": "Asia/Tokyo"}
@@ -84,7 +84,7 @@ def elsewhere(tmp_path: Path) -> Path:
     """A working directory `cwd` that is not the repository, and the example config copied into `conf`."""
     (tmp_path / "cwd").mkdir()
     (tmp_path / "conf").mkdir()
-    shutil.copy(REPO / "external-mcps.yaml", tmp_path / "conf" / "external-mcps.yaml")
+    shutil.copy(EXAMPLE_CONFIG, tmp_path / "conf" / "external-mcps.yaml")
     return tmp_path
 
 

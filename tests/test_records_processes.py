@@ -190,6 +190,38 @@ async def test_a_clean_shutdown_flushes_every_record_and_stats_reads_them(
     assert "--since takes a duration" in capsys.readouterr().err
 
 
+async def test_stats_counts_a_callers_mistakes_apart_from_the_servers_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One good call, one with a bad argument, one to a tool that does not exist, one the server fails:
+    the server's error rate counts only its own failure."""
+    config = write_config(tmp_path / "gw.yaml", "mcps: {}\n")
+    with anyio.fail_after(60):
+        async with gateway_over_stdio(config, tmp_path) as client:
+            assert not (await client.call_tool("mem__add", {"a": 1, "b": 1})).is_error
+            assert (await client.call_tool("mem__add", {"a": "one", "b": 1})).is_error
+            assert (await client.call_tool("nonexistent__tool", {})).is_error
+            assert (await client.call_tool("mem__fail", {"message": "broken"})).is_error
+
+    monkeypatch.setenv("GATEWAY_DATA_DIR", str(tmp_path / "data"))
+    capsys.readouterr()
+    assert run(["stats", "--json"]) == 0
+    servers = {server["name"]: server for server in json.loads(capsys.readouterr().out)["servers"]}
+    assert set(servers) == {"mem", "(no server)"}, "no row without a name"
+    mem = servers["mem"]
+    assert (mem["calls"], mem["errors"], mem["caller_errors"]) == (3, 1, 1)
+    assert (mem["upstream_errors"], mem["gateway_errors"], mem["error_rate"]) == (1, 0, round(1 / 3, 4))
+    unknown = servers["(no server)"]
+    assert (unknown["calls"], unknown["errors"], unknown["caller_errors"]) == (1, 0, 1)
+    assert unknown["tools"][0]["name"] == "nonexistent__tool"
+
+    assert run(["stats"]) == 0
+    header, *rows = capsys.readouterr().out.splitlines()
+    assert header.split()[:9] == ["SERVER", "/", "TOOL", "CALLS", "ERRORS", "UPSTREAM", "GATEWAY", "CALLER", "P50"]
+    assert rows[0].split()[:6] == ["mem", "3", "33.3%", "1", "0", "1"]
+    assert [row for row in rows if row.startswith("(no server)")][0].split()[2:7] == ["1", "0.0%", "0", "0", "1"]
+
+
 async def test_thirty_refused_4_mb_calls_grow_the_records_by_less_than_1_mb(tmp_path: Path) -> None:
     """Over stdio (no HTTP body limit): each call reaches the gateway and is refused by its argument limit."""
     config = write_config(tmp_path / "gw.yaml", "mcps: {}\n")

@@ -32,7 +32,7 @@ from gateway.router.embedder import FastEmbedEmbedder
 from gateway.router.eval import format_report, load_catalog, run_eval
 from gateway.router.index import EMBED_BATCH, Router, RouterConfig
 from gateway.router.steps import split_query
-from tests.conftest import REPO
+from tests.conftest import EXAMPLE_CONFIG
 
 # --------------------------------------------------------------------------- fixtures
 
@@ -668,7 +668,7 @@ def bundled_router(embedder: Embedder, tmp_path_factory: pytest.TempPathFactory)
     from gateway.server_specs import specs_from_config, specs_from_plugins
 
     settings = Settings(data_dir=tmp_path_factory.mktemp("bundled"))
-    config = load_config(REPO / "external-mcps.yaml")
+    config = load_config(EXAMPLE_CONFIG)
     pm, _ = get_plugin_manager(settings)
     registry = Registry(specs_from_plugins(pm, settings, config) + specs_from_config(config), settings, plugins=pm)
 

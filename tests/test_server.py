@@ -20,6 +20,7 @@ import pytest
 from mcp import Client, MCPError
 from mcp.shared.exceptions import MCPDeprecationWarning
 
+from gateway.errors import naming_exposed_tool
 from gateway.serving.passthrough import relayed_error
 from tests.conftest import (
     DEMO_SERVER,
@@ -107,13 +108,28 @@ async def test_namespaced_tools_resources_and_prompts_are_callable_on_every_upst
                 assert prompt.messages[0].content.text == "Hello, Ada!"
 
 
-async def test_an_error_the_upstream_returns_passes_through_unchanged(connect: Connect) -> None:
+async def test_an_error_the_upstream_returns_passes_through_naming_the_tool_the_client_called(
+    connect: Connect,
+) -> None:
     with anyio.fail_after(60):
         async with connect() as client:
             result = await client.call_tool("child__fail", {"message": "boom at the upstream"})
             assert result.is_error
-            assert "boom at the upstream" in result.content[0].text  # type: ignore[union-attr]
+            # The SDK server wrote "Error executing tool fail: ..."; the model only knows `child__fail`.
+            assert result.content[0].text == "Error executing tool child__fail: boom at the upstream"  # type: ignore[union-attr]
             assert "mcp-gateway/error" not in (result.meta or {})
+
+
+def test_only_the_tool_name_after_the_word_tool_is_replaced_in_an_upstream_error() -> None:
+    def text(words: str) -> str:
+        result = types.CallToolResult(content=[types.TextContent(type="text", text=words)], is_error=True)
+        block = naming_exposed_tool(result, "now", "clock__now").content[0]
+        assert isinstance(block, types.TextContent)
+        return block.text
+
+    assert text("Error executing tool now: not now, nowhere") == "Error executing tool clock__now: not now, nowhere"
+    assert text("Tool 'now' not found") == "Tool 'clock__now' not found"
+    assert text("Error executing tool nowhere: x") == "Error executing tool nowhere: x"
 
 
 async def test_an_unknown_tool_gets_a_tool_not_found_result_with_close_names(connect: Connect) -> None:

@@ -17,7 +17,9 @@ import argparse
 import fcntl
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -32,9 +34,12 @@ __all__ = [
     "RegistryUnreachable",
     "cache_dir",
     "client_python",
+    "exit_reason",
+    "failure_output",
     "install_clients",
     "install_servers",
     "npm_bin",
+    "run_step",
     "server_command",
 ]
 
@@ -86,15 +91,49 @@ def client_python(cache: Path, client_id: str) -> Path:
     return _venv(cache, f"client-{client_id}") / "bin" / "python"
 
 
-def _run(args: Sequence[str], timeout: float, what: str, cwd: Path | None = None) -> None:
+_NOISE = re.compile(r"^WARNING: Location '[^']*' is ignored: it is neither a file nor a directory\.$")
+"""pip's line for each missing `find-links` directory of the machine's pip configuration: one per
+package looked up, so dozens of them would fill a failure's tail and hide its cause."""
+SHOWN = 1500
+"""The most characters of an install's output a failure carries."""
+
+
+def exit_reason(returncode: int) -> str:
+    """An exit code as a person reads it: a negative one is the signal that ended the process."""
+    if returncode >= 0:
+        return f"exit {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    if -returncode == signal.SIGKILL:
+        return f"killed by {name} (exit {returncode}): often the kernel's out-of-memory killer; see `dmesg`"
+    return f"ended by {name} (exit {returncode})"
+
+
+def failure_output(output: str, limit: int = SHOWN) -> str:
+    """The part of a failed install's output that says why: without pip's ignored-location noise, its
+    `ERROR:` lines kept, then as much of the rest's end as fits."""
+    lines = [line for line in output.splitlines() if line.strip() and not _NOISE.match(line.strip())]
+    errors = [line for line in lines if line.startswith(("ERROR:", "npm ERR!", "npm error"))]
+    text = "\n".join(errors) if errors else ""
+    rest = "\n".join(line for line in lines if line not in errors)
+    if rest and len(text) < limit:
+        room = limit - len(text)
+        text = (rest[-room:] + ("\n" + text if text else "")).strip()
+    return text[-limit:] or "(no output but pip's ignored-location warnings)"
+
+
+def run_step(args: Sequence[str], timeout: float, what: str, cwd: Path | None = None) -> None:
+    """Run one install command; a failure is an `InstallError` with its exit (or signal) and its cause."""
     try:
         done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=cwd)
     except subprocess.TimeoutExpired as exc:
         raise InstallError(f"{what}: no result within {timeout:.0f} s") from exc
     if done.returncode != 0:
-        output = (done.stdout + done.stderr)[-1500:]
+        output = failure_output(done.stdout + "\n" + done.stderr)
         kind = RegistryUnreachable if any(sign in output for sign in _NETWORK_SIGNS) else InstallError
-        raise kind(f"{what} failed (exit {done.returncode}): {output}")
+        raise kind(f"{what} failed ({exit_reason(done.returncode)}):\n{output}")
 
 
 def _install_venv(cache: Path, name: str, requirements: Sequence[str]) -> None:
@@ -106,9 +145,9 @@ def _install_venv(cache: Path, name: str, requirements: Sequence[str]) -> None:
         return
     if venv.exists():
         shutil.rmtree(venv)
-    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], 120, f"venv for {name}")
+    run_step([sys.executable, "-m", "venv", "--without-pip", str(venv)], 120, f"venv for {name}")
     pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install"]
-    _run(
+    run_step(
         [*pip, "-q", "--disable-pip-version-check", *requirements], PIP_TIMEOUT, f"pip install {' '.join(requirements)}"
     )
     marker.write_text(wanted)
@@ -132,7 +171,7 @@ def _install_npm(cache: Path, requirements: Iterable[str]) -> None:
     if not (prefix / "package.json").exists():
         (prefix / "package.json").write_text('{"private": true}\n')
     args = [npm, "install", "--no-audit", "--no-fund", "--loglevel=error", *missing]
-    _run(args, NPM_TIMEOUT, f"npm install {' '.join(missing)}", cwd=prefix)
+    run_step(args, NPM_TIMEOUT, f"npm install {' '.join(missing)}", cwd=prefix)
 
 
 def _parallel(jobs: Sequence[tuple[str, Sequence[str]]], cache: Path) -> None:

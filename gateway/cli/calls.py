@@ -91,7 +91,7 @@ def _print(rows: list[dict[str, Any]], as_json: bool, *, header: bool) -> None:
     table = [
         [
             datetime.fromtimestamp(row["at"], UTC).strftime("%Y-%m-%d %H:%M:%S"),
-            row["server"],
+            row["server"] or "(no server)",
             row["tool"],
             row["status"] if not row["error_code"] else f"{row['status']} ({row['error_code']})",
             f"{row['latency_ms']:.0f}",

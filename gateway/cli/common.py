@@ -55,8 +55,13 @@ def global_options(parser: argparse.ArgumentParser, default: Any) -> None:
         "--log-level",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         default=default,
-        help="default: $GATEWAY_LOG_LEVEL or INFO",
+        help="default: $GATEWAY_LOG_LEVEL, else INFO for serve and WARNING for the other commands",
     )
+
+
+ONE_SHOT_LOG_LEVEL = "WARNING"
+"""The log level of every command but `serve` unless one is given (`--log-level`, `GATEWAY_LOG_LEVEL`,
+`.env`): a one-shot command prints its result, not the start and stop of every server around it."""
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
@@ -65,13 +70,17 @@ def settings_from(args: argparse.Namespace) -> Settings:
     except ValidationError as exc:  # GATEWAY_* variables or .env
         raise Usage(f"settings error: {describe_settings_error(exc)}") from None
     updates: dict[str, Any] = {}
+    if getattr(args, "command", "serve") != "serve" and "log_level" not in settings.model_fields_set:
+        updates["log_level"] = ONE_SHOT_LOG_LEVEL
     if args.config is not None:
-        updates["config"] = args.config
+        settings = settings.with_config(args.config)  # an unnamed data dir is the config's own
     if args.log_level is not None:
         updates["log_level"] = args.log_level
     http_updates = {
         k: v for k, v in (("host", getattr(args, "host", None)), ("port", getattr(args, "port", None))) if v is not None
     }
+    if getattr(args, "insecure_no_auth", False):
+        http_updates["insecure_no_auth"] = True
     if http_updates:
         updates["http"] = settings.http.model_copy(update=http_updates)
     if getattr(args, "mode", None) is not None:

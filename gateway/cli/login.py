@@ -4,7 +4,12 @@
 the callback on 127.0.0.1 (the server's `auth.callback_port`, `--port`, or a free port), and
 stores the grant encrypted (`gateway.upstreams.oauth`); a running gateway waiting in
 `needs_login` picks it up at its next look in the store. `logout` revokes the grant where the
-server offers revocation (RFC 7009), then deletes it.
+server offers revocation (RFC 7009), then deletes it and the client registration.
+
+A dynamic client registration is kept for its redirect URI, which names the callback's port. With
+no port configured, `login` takes the port of its last login again when it is free (the vault's
+`CALLBACK_SLOT` says which), so that logging in again reuses that registration instead of
+registering a new client at the authorization server every time.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import anyio
 import anyio.abc
 import httpx2
 from anyio.abc import SocketAttribute
+from anyio.streams.stapled import MultiListener
 
 from gateway.cli.common import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, Usage
 from gateway.config.loader import load_config
@@ -32,10 +38,13 @@ from gateway.upstreams.oauth import (
     revoke,
     vault_from_settings,
 )
+from gateway.upstreams.oauth.grant import client_slot
 
 __all__ = ["add_parsers", "run_login", "run_logout"]
 
 CALLBACK_PATH = "/callback"
+CALLBACK_SLOT = "login-callback"
+"""The vault slot of a server's last login callback (`{"redirect_uri": ...}`), never a secret."""
 MAX_REQUEST = 16 * 1024
 """Bytes of a callback request read at most (a request line and headers)."""
 
@@ -80,11 +89,24 @@ def run_login(args: argparse.Namespace, settings: Settings) -> int:
         return EXIT_FAILED
 
 
+async def _callback_listener(binding: OAuthBinding, port: int) -> MultiListener[anyio.abc.SocketStream]:
+    """The callback's listener: on `port`, or (0) on the last login's port when it is free, else any."""
+    if port == 0:
+        last = await binding.vault.get(binding.server_id, CALLBACK_SLOT)
+        last_port = urlsplit(str(last.get("redirect_uri", ""))).port if last else None
+        if last_port:
+            try:
+                return await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=last_port)
+            except OSError:  # taken now: a new port, and so a new registration
+                pass
+    return await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=port)
+
+
 async def _login(binding: OAuthBinding, sse: bool, port: int, open_browser: bool, timeout: float) -> int:
     binding.vault.check_key()
     async with anyio.create_task_group() as tg:
         flows = LinkFlows(lambda: tg, ttl=timeout)
-        listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=port)
+        listener = await _callback_listener(binding, port)
         redirect = f"http://127.0.0.1:{listener.extra(SocketAttribute.local_port)}{CALLBACK_PATH}"
         done = anyio.Event()
         outcome: list[BaseException] = []
@@ -122,6 +144,7 @@ async def _login(binding: OAuthBinding, sse: bool, port: int, open_browser: bool
         tg.cancel_scope.cancel()
     if outcome:
         raise OAuthFlowFailed(str(outcome[0]))
+    await binding.vault.put(binding.server_id, CALLBACK_SLOT, {"redirect_uri": redirect})
     print(
         f"Logged in to {binding.server_id!r}; the tokens are stored encrypted. "
         f"A running gateway picks them up within {binding.poll_interval:g} s."
@@ -167,6 +190,14 @@ async def _answer(stream: anyio.abc.SocketStream, status: int, text: str) -> Non
         pass
 
 
+async def _forget_registration(binding: OAuthBinding) -> None:
+    """Delete the client registration of the last login's callback, and the note of that callback."""
+    last = await binding.vault.get(binding.server_id, CALLBACK_SLOT)
+    if last is not None and last.get("redirect_uri"):
+        await binding.vault.delete(binding.server_id, client_slot(str(last["redirect_uri"])))
+    await binding.vault.delete(binding.server_id, CALLBACK_SLOT)
+
+
 def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
@@ -195,6 +226,7 @@ async def _logout(binding: OAuthBinding) -> int:
             file=sys.stderr,
         )
     await binding.forget(None)
+    await _forget_registration(binding)
     done = "revoked at the server and deleted" if revoked else "deleted (not revoked at the server)"
     print(f"Logged out of {binding.server_id!r}: the tokens were {done}.")
     return EXIT_OK

@@ -1,11 +1,13 @@
 """Commands that act on a running gateway: how they find it, and `mcp-gateway reload`.
 
 `serve` writes a small runtime file in the data dir (`RUNTIME_FILE`: its pid and, over HTTP,
-its base URL) and removes it on exit. `servers restart|disable|enable`, `tools approve` and
-`reload` read it and talk to that gateway through the admin API (`/admin/api/v1/`), with the
-admin key from `--key` or `GATEWAY_ADMIN_KEY` (a gateway without `auth:` needs none: it
-serves the console on loopback). `reload` of a stdio gateway (a pid, no URL) sends it SIGHUP.
-A runtime file whose process is gone is ignored (a gateway killed with SIGKILL leaves one).
+its base URL) and removes it on exit. The data dir, unless named, is the config's own
+(`deployment_data_dir`), so a command finds the gateway serving the config it was given.
+`servers restart|disable|enable`, `tools approve` and `reload` read it and talk to that gateway
+through the admin API (`/admin/api/v1/`), with the admin key from `--key` or `GATEWAY_ADMIN_KEY`
+(a gateway without `auth:` needs none: it serves the console on loopback). `reload` of a stdio
+gateway (a pid, no URL) sends it SIGHUP. A runtime file whose process is gone is ignored (a
+gateway killed with SIGKILL leaves one).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ __all__ = [
     "add_key_option",
     "add_parsers",
     "admin_call",
+    "no_gateway_running",
     "remove_runtime",
     "running_gateway",
     "write_runtime",
@@ -95,6 +98,15 @@ def running_gateway(settings: Settings) -> Runtime | None:
     return found if found is not None and _alive(found.pid) else None
 
 
+def no_gateway_running(settings: Settings) -> str:
+    """Why a command that acts on a running gateway has none to act on: which one it looked for."""
+    named = "" if settings.data_dir_named else f" (its data dir for the config {settings.config})"
+    return (
+        f"no running gateway uses the data dir {settings.data_dir}{named}: start one with `mcp-gateway serve`, "
+        "or give the config (--config) or GATEWAY_DATA_DIR the running one was started with"
+    )
+
+
 def add_key_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--key", help=f"the admin API key of the running gateway (default: ${ADMIN_KEY_ENV})")
 
@@ -133,7 +145,7 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
 def run_reload(args: argparse.Namespace, settings: Settings) -> int:
     runtime = running_gateway(settings)
     if runtime is None:
-        raise Usage(f"no running gateway uses the data dir {settings.data_dir} (start one with `mcp-gateway serve`)")
+        raise Usage(no_gateway_running(settings))
     if runtime.url is None:
         os.kill(runtime.pid, signal.SIGHUP)
         print(f"sent SIGHUP to the stdio gateway (pid {runtime.pid}); its log shows the outcome", file=sys.stderr)

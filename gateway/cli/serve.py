@@ -19,7 +19,7 @@ from gateway.cli.common import EXIT_OK, Usage, load, settings_from
 from gateway.cli.remote import remove_runtime, write_runtime
 from gateway.config.loader import ConfigError, GatewayConfig
 from gateway.config.security import AuthConfig
-from gateway.config.settings import Settings
+from gateway.config.settings import Settings, legacy_data_dir_notice
 from gateway.malloc import fix_mmap_threshold
 from gateway.observability.loop_watchdog import LoopWatchdog, Stall
 from gateway.observability.tracing import Tracing, TracingUnavailable, start_tracing
@@ -29,6 +29,7 @@ from gateway.records.service import Records, open_store
 from gateway.registry import Registry
 from gateway.router.service import RouterService, build_router
 from gateway.security.auth import Authenticator
+from gateway.security.reachability import beyond_loopback, how_to_add_auth
 from gateway.security.vetting import ToolVetter
 from gateway.serving.admin.access import ADMIN_PREFIX
 from gateway.serving.http import bind_socket, serve_http
@@ -38,8 +39,6 @@ from gateway.serving.server import GatewayServer, serve_stdio
 from gateway.state.deployment import SharedState
 
 logger = logging.getLogger("gateway")
-
-_LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 __all__ = ["add_parsers", "check_exposure", "run_serve"]
 
@@ -75,9 +74,12 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 
 def run_serve(args: argparse.Namespace, settings: Settings) -> int:
+    notice = legacy_data_dir_notice(settings)  # before anything makes this deployment's data dir
     config, registry, pm, vetter = load(settings, serving=True)
+    if notice is not None:
+        logger.warning(notice)
     if args.transport == "http":
-        check_exposure(settings.http.host, config.auth, insecure=args.insecure_no_auth)
+        check_exposure(settings, config.auth)
         Authenticator(config.auth)  # a broken JWKS file is a config error now, not at the first request
     fix_mmap_threshold()  # a large result must not raise the process's memory for good
     tracing = _start_tracing(settings, registry)
@@ -107,18 +109,20 @@ def _start_tracing(settings: Settings, registry: Registry) -> Tracing | None:
     return tracing
 
 
-def check_exposure(host: str, auth: AuthConfig, *, insecure: bool) -> None:
-    """Refuse to serve a non-loopback address without authentication, unless told to (and then shout)."""
-    if auth.enabled or host in _LOOPBACK:
+def check_exposure(settings: Settings, auth: AuthConfig) -> None:
+    """Refuse to serve without authentication when the settings make the gateway reachable beyond
+    loopback (`reachability.beyond_loopback`), unless told to (and then shout)."""
+    reasons = beyond_loopback(settings.http)
+    if auth.enabled or not reasons:
         return
-    if not insecure:
+    host = settings.http.host
+    if not settings.http.insecure_no_auth:
         raise Usage(
-            f"refusing to serve HTTP on {host} without authentication: anyone who can reach it could use every "
-            "server behind the gateway. Configure auth.api_keys or auth.jwt (see docs/security.md), "
-            "or pass --insecure-no-auth if something in front of the gateway authenticates callers."
+            f"refusing to serve HTTP on {host} without authentication: {'; '.join(reasons)}, so anyone who can "
+            "reach it could use every server behind the gateway. " + how_to_add_auth(settings.config)
         )
     banner = (
-        f"WARNING: serving on {host} with NO AUTHENTICATION (--insecure-no-auth): "
+        f"WARNING: serving on {host} with NO AUTHENTICATION (insecure_no_auth) although {'; '.join(reasons)}: "
         "anyone who can reach it can use every tool"
     )
     print("!" * 20 + f"\n{banner}\n" + "!" * 20, file=sys.stderr, flush=True)

@@ -15,7 +15,7 @@ import re
 import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar, get_args
+from typing import Any, Literal, TypeVar, get_args
 from urllib.parse import urlsplit
 
 import yaml
@@ -35,7 +35,9 @@ __all__ = [
     "TOP_LEVEL_KEYS",
     "ConfigError",
     "GatewayConfig",
+    "MissingVariable",
     "ServerConfig",
+    "UnusableServer",
     "ToolFilter",
     "PLUGIN_DIRECTORIES_KEY",
     "PLUGIN_OPTIONS_KEY",
@@ -104,6 +106,26 @@ class ConfigError(Exception):
         return f"{where}: {self.key}: {self.message}" if self.key else f"{where}: {self.message}"
 
 
+class MissingVariable(ConfigError):
+    """A `${VAR}` (or a credential's `NAME_env`) names an environment variable that is not set.
+
+    In a server's entry it makes that server unusable, not the file: the server is kept in
+    `GatewayConfig.unusable` with this error as its reason, and the others are served."""
+
+
+class UnusableServer(BaseModel):
+    """A server entry that cannot be used as written (an environment variable it needs is not set):
+    served as `failed` with `reason` (`file:line: key: ...`), never started."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    prefix: str
+    transport: Literal["stdio", "http", "sse"]
+    enabled: bool
+    reason: str
+
+
 class GatewayConfig(BaseModel):
     """The whole file: upstream servers in file order (disabled ones too) and raw plugin settings."""
 
@@ -111,6 +133,8 @@ class GatewayConfig(BaseModel):
 
     path: Path
     servers: dict[str, ServerConfig] = Field(default_factory=dict)
+    unusable: dict[str, UnusableServer] = Field(default_factory=dict)
+    """Servers whose entry needs an environment variable that is not set: reported failed, with why."""
     plugins: dict[str, dict[str, Any]] = Field(default_factory=dict)
     plugin_directories: tuple[Path, ...] = ()
     """`plugins.directories`: folders of plugin directories, made absolute against the file's folder."""
@@ -250,14 +274,18 @@ class _Parser:
             raise self.error((), "the file must be a mapping with a `mcps:` section")
         self._check_keys(data, (), TOP_LEVEL_KEYS)
         servers: dict[str, ServerConfig] = {}
+        unusable: dict[str, UnusableServer] = {}
         for section in (key for key in data if key in SERVER_SECTIONS):
             for sid, raw in self._mapping(data[section], (section,), "server id to settings").items():
-                if sid in servers:
+                if sid in servers or sid in unusable:
                     other = self.sections[sid]
                     line = self.line((other, sid))
                     raise self.error((section, sid), f"server {sid!r} is also defined under {other} (line {line})")
-                servers[sid] = self._server(section, sid, raw)
                 self.sections[sid] = section
+                try:
+                    servers[sid] = self._server(section, sid, raw)
+                except MissingVariable as missing:  # this server's problem only: the others are served
+                    unusable[sid] = _unusable(sid, raw, missing)
         self._check_prefixes(servers)
         sections = dict(self._mapping(data.get("plugins"), ("plugins",), "plugin name to settings"))
         directories = self._plugin_directories(sections.pop(PLUGIN_DIRECTORIES_KEY, None))
@@ -275,6 +303,7 @@ class _Parser:
         config = GatewayConfig(
             path=self.path,
             servers=servers,
+            unusable=unusable,
             plugins=plugins,
             plugin_directories=directories,
             auth=auth,
@@ -482,7 +511,8 @@ class _Parser:
             if not isinstance(source, str) or not source:
                 raise self.error(at, "must name an environment variable" if kind == "env" else "must be a file path")
             if kind == "env" and source not in self.environ:
-                raise self.error(at, f"environment variable {source} is not set")
+                raise MissingVariable(self.path, f"environment variable {source} is not set", self.line(at),
+                                      _format_key(at))  # fmt: skip
             secrets[name] = self.environ[source] if kind == "env" else self._secret_file(source, at)
         return secrets
 
@@ -531,7 +561,7 @@ class _Parser:
                 found = default
             if found is None:
                 message = f"environment variable {name} is not set (use ${{{name}:-default}} for a default)"
-                raise self.error(key_path, message)
+                raise MissingVariable(self.path, message, self.line(key_path), _format_key(key_path) or None)
             return MASK if mask else found
 
         return _INTERPOLATION_RE.sub(replace, value)
@@ -548,6 +578,29 @@ class _Parser:
                 )
                 raise self.error((self.sections[server.id], server.id, "prefix"), message)
             owner[server.prefix] = server
+
+
+def _unusable(sid: str, raw: dict[str, Any], missing: MissingVariable) -> UnusableServer:
+    """What can be told of an entry that cannot be used: its id, prefix and kind, and why. (Its keys
+    were checked before its values were expanded, so `raw` is a mapping of known keys.)"""
+    prefix = raw.get("prefix")
+    url = raw.get("url")
+    declared = str(raw.get("transport") or raw.get("type") or "").lower()
+    transport: Literal["stdio", "http", "sse"]
+    if "command" in raw:
+        transport = "stdio"
+    elif declared == "sse" or (declared not in TRANSPORTS and _is_sse_url(url)):
+        transport = "sse"
+    else:
+        transport = "http"
+    enabled = raw.get("enabled", True) is not False and raw.get("disabled", False) is not True
+    return UnusableServer(
+        id=sid,
+        prefix=prefix if isinstance(prefix, str) and "$" not in prefix else sid,
+        transport=transport,
+        enabled=enabled,
+        reason=str(missing),
+    )
 
 
 def _is_sse_url(url: Any) -> bool:

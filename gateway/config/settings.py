@@ -7,7 +7,9 @@ change ports, paths or limits per deployment without touching the shared YAML.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import socket
 from pathlib import Path
 from typing import Literal
@@ -31,11 +33,14 @@ __all__ = [
     "TracingSettings",
     "default_data_dir",
     "default_replica_id",
+    "deployment_data_dir",
+    "legacy_data_dir_notice",
 ]
 
 
 def default_data_dir() -> Path:
-    """`$XDG_DATA_HOME/mcp-gateway`, or `~/.local/share/mcp-gateway`."""
+    """`$XDG_DATA_HOME/mcp-gateway`, or `~/.local/share/mcp-gateway`: the parent of every deployment's
+    own data dir (and, before deployments had their own, the data dir every gateway shared)."""
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "mcp-gateway"
 
@@ -43,6 +48,42 @@ def default_data_dir() -> Path:
 def default_replica_id() -> str:
     """`<host name>-<process id>`: unique among the processes of a deployment (a pod's host name is its name)."""
     return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def deployment_data_dir(config: Path) -> Path:
+    """The data dir of the gateway serving `config`, when none is named: `<default>/deployments/<name>-<hash>`.
+
+    Its identity is the config file's resolved path, so two gateways serving different configs on one
+    machine never share records, approvals, fingerprints, plugin data or the runtime file, and every
+    command given the same config (`reload`, `calls`, `servers`) finds the same one. The name part
+    (the config's folder and stem) is only for people listing the folder."""
+    resolved = Path(config).expanduser().resolve()
+    digest = hashlib.sha256(str(resolved).encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    label = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{resolved.parent.name}-{resolved.stem}").strip("._-")[:48]
+    return default_data_dir() / "deployments" / f"{label or 'config'}-{digest}"
+
+
+LEGACY_STATE = ("records.sqlite3", "tool-integrity.sqlite3", "notes", "sql", "oauth")
+"""What a gateway of an earlier version left in the shared default data dir (records, approvals and
+fingerprints, plugin data, OAuth tokens): its presence there is worth telling the operator about."""
+
+
+def legacy_data_dir_notice(settings: Settings) -> str | None:
+    """A notice for an operator upgrading from the shared data dir: where the old data is, and how to
+    keep it. None when the data dir is named, or the old one holds no state, or this deployment's
+    dir already exists (the notice is given once, when the deployment's dir is first made)."""
+    if settings.data_dir_named or settings.data_dir.exists():
+        return None
+    old = default_data_dir()
+    found = [name for name in LEGACY_STATE if (old / name).exists()]
+    if not found:
+        return None
+    return (
+        f"this gateway keeps its state in {settings.data_dir}, its own for the config {settings.config}. "
+        f"Earlier versions shared {old} among all gateways; it still holds {', '.join(found)}. To go on "
+        f"using that data with this config, set GATEWAY_DATA_DIR={old}, or move those files into "
+        f'{settings.data_dir} (docs/deployment.md, "Where a gateway keeps its state").'
+    )
 
 
 class HttpSettings(BaseModel):
@@ -58,6 +99,23 @@ class HttpSettings(BaseModel):
     allowed_origins: list[str] = Field(
         default_factory=list,
         description="Extra Origin header values accepted besides loopback ones (DNS-rebinding guard).",
+    )
+    trusted_proxies: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Addresses (or CIDR networks) of reverse proxies whose X-Forwarded-For and X-Forwarded-Proto headers "
+            "are believed (the client address logged and checked becomes the one they name); unset: "
+            "uvicorn's default, 127.0.0.1. Setting it says the gateway is reachable beyond loopback, so it "
+            "needs `auth:`."
+        ),
+    )
+    insecure_no_auth: bool = Field(
+        default=False,
+        description=(
+            "Serve without `auth:` although the gateway is reachable beyond loopback (a non-loopback bind "
+            "address, allowed hosts or origins, trusted proxies, or a proxied request): only when something "
+            "in front of it authenticates every caller. Same as `serve --insecure-no-auth`."
+        ),
     )
     stateless: bool = Field(
         default=False,
@@ -98,6 +156,24 @@ class HttpSettings(BaseModel):
         description=(
             "Seconds a request may run silent before its answer becomes an SSE stream (`response_mode: "
             "auto`), and between pings on that stream: no client waits longer than this without bytes."
+        ),
+    )
+    drain_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        le=3600,
+        description=(
+            "On SIGTERM or SIGINT: the most seconds the requests in flight (tool calls) may take to finish "
+            "while new ones are refused, before the gateway stops (`gateway.serving.drain`)."
+        ),
+    )
+    drain_notice_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        le=300,
+        description=(
+            "On SIGTERM: seconds `/readyz` answers 503 while the gateway still serves new requests, for a load "
+            "balancer that polls readiness to stop sending; then new requests are refused and the drain begins."
         ),
     )
     metrics: bool = Field(default=True, description="Serve Prometheus metrics at GET /metrics.")
@@ -522,7 +598,14 @@ class Settings(BaseSettings):
     )
 
     config: Path = Field(default=Path("external-mcps.yaml"), description="Path of the YAML server list.")
-    data_dir: Path = Field(default_factory=default_data_dir)
+    data_dir: Path = Field(
+        default_factory=default_data_dir,
+        description=(
+            "Where the gateway keeps its state (records, approvals and fingerprints, the runtime file, plugin "
+            "data, OAuth tokens, models); unset: a folder of its own per config file under "
+            "`~/.local/share/mcp-gateway/deployments/` (`deployment_data_dir`)."
+        ),
+    )
     database_url: str | None = Field(
         default=None,
         description=(
@@ -598,6 +681,25 @@ class Settings(BaseSettings):
     reload: ReloadSettings = Field(default_factory=ReloadSettings)
     oauth: OAuthSettings = Field(default_factory=OAuthSettings)
     upstreams: UpstreamSettings = Field(default_factory=UpstreamSettings)
+
+    @model_validator(mode="after")
+    def _scope_data_dir(self) -> Settings:
+        """Unless a data dir is named, the one of this config's deployment (`deployment_data_dir`)."""
+        if "data_dir" not in self.model_fields_set:
+            self.__dict__["data_dir"] = deployment_data_dir(self.config)  # not marked as set: it follows the config
+        return self
+
+    def with_config(self, config: Path) -> Settings:
+        """These settings for another config file; an unnamed data dir follows it."""
+        changed = self.model_copy(update={"config": config})
+        if "data_dir" not in changed.model_fields_set:
+            changed.__dict__["data_dir"] = deployment_data_dir(config)
+        return changed
+
+    @property
+    def data_dir_named(self) -> bool:
+        """Whether the data dir was named (`GATEWAY_DATA_DIR`, `.env`, or in code) rather than derived."""
+        return "data_dir" in self.model_fields_set
 
     @field_validator("database_url")
     @classmethod

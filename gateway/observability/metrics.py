@@ -28,10 +28,22 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-__all__ = ["CONTENT_TYPE", "CallStatus", "GatewayMetrics", "RouterFigures", "SearchStatus", "UpstreamFigures"]
+from gateway.errors import error_class
+
+__all__ = [
+    "CONTENT_TYPE",
+    "NO_SERVER",
+    "CallStatus",
+    "GatewayMetrics",
+    "RouterFigures",
+    "SearchStatus",
+    "UpstreamFigures",
+]
 
 logger = logging.getLogger(__name__)
 
+NO_SERVER = "(no server)"
+"""The `server` label of calls to a tool that no server owns."""
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 """The media type of `GatewayMetrics.exposition()`: the Prometheus text format."""
 
@@ -75,8 +87,9 @@ class GatewayMetrics:
         )
         self.errors = Counter(
             "mcp_gateway_tool_call_errors",
-            "Tool calls that failed, by error code (tool_error: the server's own error result).",
-            ["server", "code"],
+            "Tool calls that failed, by error code (tool_error: the server's own error result) and by whose "
+            "failure it is: class caller (an unknown tool, bad arguments), upstream or gateway.",
+            ["server", "code", "class"],
             registry=r,
         )
         self.latency = Histogram(
@@ -109,7 +122,7 @@ class GatewayMetrics:
         )
         self._call_children: dict[tuple[str, str, str], Counter] = {}
         self._server_children: dict[str, tuple[Gauge, Histogram]] = {}
-        self._error_codes: dict[str, set[str]] = {}
+        self._error_codes: dict[str, set[tuple[str, str]]] = {}
         self._state = _StateCollector()
         r.register(self._state)
 
@@ -145,18 +158,22 @@ class GatewayMetrics:
     # ---- events -----------------------------------------------------------------------
 
     def observe_call(self, server: str, tool: str, status: CallStatus, code: str | None, seconds: float) -> None:
+        """Count one call; `server` is empty for a tool no server owns (`NO_SERVER` in the labels)."""
+        server = server or NO_SERVER
         key = (server, tool, status)
         counter = self._call_children.get(key)
         if counter is None:
             counter = self._call_children[key] = self.calls.labels(server, tool, status)
         counter.inc()
         if code is not None:
-            self.errors.labels(server, code).inc()
-            self._error_codes.setdefault(server, set()).add(code)
+            labels = (code, error_class(code) or "gateway")
+            self.errors.labels(server, *labels).inc()
+            self._error_codes.setdefault(server, set()).add(labels)
         self.server_children(server)[1].observe(seconds)
 
     def server_children(self, server: str) -> tuple[Gauge, Histogram]:
         """The in-flight gauge and latency histogram of one server (`labels()` looked up once)."""
+        server = server or NO_SERVER
         children = self._server_children.get(server)
         if children is None:
             children = self._server_children[server] = (self.in_flight.labels(server), self.latency.labels(server))
@@ -167,8 +184,8 @@ class GatewayMetrics:
         for key in [key for key in self._call_children if key[0] == server]:
             del self._call_children[key]
             self.calls.remove(*key)
-        for code in self._error_codes.pop(server, set()):
-            self.errors.remove(server, code)
+        for labels in self._error_codes.pop(server, set()):
+            self.errors.remove(server, *labels)
         if self._server_children.pop(server, None) is not None:
             self.in_flight.remove(server)
             self.latency.remove(server)

@@ -1,7 +1,11 @@
 """Who made a request, as records name it: a session id and a client id.
 
 - client: the authenticated caller (`Principal.name`: the API key's name or the JWT
-  subject); None without authentication (stdio, in memory, HTTP without `auth:`).
+  subject); None without authentication (stdio, in memory, HTTP without `auth:`). Searches
+  and calls are tied by it, so it is never a name two callers could share.
+- client label (`client_label`): what a record shows as its client when there is no
+  authenticated caller: the MCP client's own `clientInfo` as `name/version`
+  (`claude-code/1.0.3`). Only shown, never used to tie requests together.
 - session: over HTTP, the `Mcp-Session-Id` of a handshake-era session; None in
   stateless mode and for 2026-07-28 clients, which have no sessions: there only the
   caller ties requests together. Over stdio (and in memory), an id the gateway gives
@@ -21,7 +25,21 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from gateway.relay import connection_of
 from gateway.security.http_guard import principal_in
 
-__all__ = ["CallerIds"]
+__all__ = ["CallerIds", "client_label"]
+
+MAX_LABEL = 80
+"""The most characters of a client's `name/version` kept (they are the client's own words)."""
+
+
+def client_label(ctx: ServerRequestContext[Any, Any]) -> str | None:
+    """The MCP client's `clientInfo` as `name/version`, from its handshake (or, on 2026-07-28, its
+    request's envelope); None when it sent none."""
+    params = ctx.session.client_params if ctx.session is not None else None
+    info = params.client_info if params is not None else None
+    if info is None or not info.name:
+        return None
+    label = f"{info.name}/{info.version}" if info.version else info.name
+    return label[:MAX_LABEL]
 
 
 class CallerIds:

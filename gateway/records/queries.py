@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.errors import error_class
 from gateway.records.store import RecordStore
 
 __all__ = [
@@ -164,22 +165,34 @@ class ServerWindow:
 
     calls: int
     errors: int
+    """Failures of the upstream's or the gateway's making (`gateway.errors.error_class`)."""
     per_minute: list[int]
     latencies: list[list[float]]
+    caller_errors: int = 0
+    """Calls that failed for the caller's mistake (an unknown tool, bad arguments): counted apart."""
 
 
 def window(store: RecordStore, first_minute: float, minutes: int) -> dict[str, ServerWindow]:
     """Per server, the calls of the `minutes` minutes from `first_minute` (Unix seconds, a minute's start):
     one aggregate query for the exact counts, one bounded read of the latest calls for the series."""
     _, rows = store.read(  # the window first (the covering time index), then grouped: not a scan of every call
-        "SELECT server, COUNT(*), SUM(CASE WHEN status <> 'success' THEN 1 ELSE 0 END) FROM "
-        "(SELECT server, status FROM executions WHERE at >= ? ORDER BY at) recent GROUP BY server",
+        "SELECT server, COUNT(*) FROM (SELECT server FROM executions WHERE at >= ? ORDER BY at) recent GROUP BY server",
         (first_minute,),
     )
-    found = {
-        server: ServerWindow(int(calls), int(errors or 0), [0] * minutes, [[] for _ in range(minutes)])
-        for server, calls, errors in rows
-    }
+    found = {server: ServerWindow(int(calls), 0, [0] * minutes, [[] for _ in range(minutes)]) for server, calls in rows}
+    _, failed = store.read(  # only the failures' rows are read for their codes
+        "SELECT server, error_code, COUNT(*) FROM executions WHERE at >= ? AND status <> 'success' "
+        "GROUP BY server, error_code",
+        (first_minute,),
+    )
+    for server, code, count in failed:
+        entry = found.get(server)
+        if entry is None:
+            continue
+        if error_class(code) == "caller":
+            entry.caller_errors += int(count)
+        else:
+            entry.errors += int(count)
     _, recent = store.read(
         f"SELECT server, at, latency_ms FROM executions WHERE at >= ? ORDER BY at DESC LIMIT {MAX_LATENCY_ROWS}",
         (first_minute,),

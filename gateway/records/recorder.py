@@ -30,11 +30,13 @@ from gateway.observability.tracing import current_trace_id
 from gateway.records.model import EXECUTION_ID_NOTE, PARENT_NOTE, PendingExecution
 from gateway.records.trail import SearchTrail
 
-__all__ = ["CLIENT_NOTE", "SESSION_NOTE", "CallRecorder", "RecordRefused", "trail_keys"]
+__all__ = ["CLIENT_LABEL_NOTE", "CLIENT_NOTE", "SESSION_NOTE", "CallRecorder", "RecordRefused", "trail_keys"]
 
 SESSION_NOTE = "session_id"
 CLIENT_NOTE = "client_id"
 """`ToolCall.notes` keys the server sets: who is calling (see `GatewayServer`)."""
+CLIENT_LABEL_NOTE = "client_label"
+"""The note the record's client shows when `CLIENT_NOTE` is None: the MCP client's `name/version`."""
 
 RecordRefused = Callable[[ToolCall, BaseException, str], None]
 """Records a refused call under the given execution id (`Records.record_refused`)."""
@@ -87,7 +89,7 @@ class CallRecorder:
             server=call.server,
             tool=call.name,
             session_id=session_id,
-            client_id=client_id,
+            client_id=client_id or notes.get(CLIENT_LABEL_NOTE),
             arguments=call.arguments,
             latency_ms=0.0,
             attempts=0,

@@ -19,7 +19,7 @@ from gateway.errors import GatewayError
 from gateway.observability.tracing import current_trace_id
 from gateway.records.cut import refused_summary, size_estimate
 from gateway.records.model import PARENT_NOTE, FailureRow, PendingExecution, SearchRow
-from gateway.records.recorder import CLIENT_NOTE, SESSION_NOTE, CallRecorder, trail_keys
+from gateway.records.recorder import CLIENT_LABEL_NOTE, CLIENT_NOTE, SESSION_NOTE, CallRecorder, trail_keys
 from gateway.records.redaction import Masker, Redactor, no_mask
 from gateway.records.rows import ExecutionValues, StoredLimits, execution_rows
 from gateway.records.sqlite import SqliteStore
@@ -156,7 +156,7 @@ class Records:
             server=call.server,
             tool=call.name,
             session_id=call.notes.get(SESSION_NOTE),
-            client_id=call.notes.get(CLIENT_NOTE),
+            client_id=call.notes.get(CLIENT_NOTE) or call.notes.get(CLIENT_LABEL_NOTE),
             arguments=None,
             latency_ms=0.0,
             attempts=0,

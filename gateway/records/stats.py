@@ -1,5 +1,10 @@
-"""`mcp-gateway stats`: calls, error rate, p50/p95 latency and top error codes per server and tool;
-`--csv DIR` writes executions, failures and feedback as CSV files (the nightly export)."""
+"""`mcp-gateway stats`: calls, error rates, p50/p95 latency and top error codes per server and tool;
+`--csv DIR` writes executions, failures and feedback as CSV files (the nightly export).
+
+Errors are counted by class (`gateway.errors.error_class`): `errors` and `error_rate` are the
+upstream's and the gateway's failures, while the caller's mistakes (an unknown tool, bad arguments)
+are counted apart, in `caller_errors`, so one bad call does not make a server look broken. A call to
+a tool no server owns is listed under `NO_SERVER`."""
 
 from __future__ import annotations
 
@@ -13,10 +18,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gateway.errors import error_class
+from gateway.observability.metrics import NO_SERVER
 from gateway.records.store import RecordStore
 
 __all__ = [
     "CSV_TABLES",
+    "NO_SERVER",
     "UsageStats",
     "compute_stats",
     "executions_for_stats",
@@ -64,7 +72,13 @@ class UsageStats:
     name: str
     calls: int = 0
     errors: int = 0
+    """Failures of the upstream's or the gateway's making (`upstream_errors + gateway_errors`)."""
     error_rate: float = 0.0
+    caller_errors: int = 0
+    """Calls refused or failed for the caller's mistake: counted apart from `errors`."""
+    caller_error_rate: float = 0.0
+    upstream_errors: int = 0
+    gateway_errors: int = 0
     p50_ms: float | None = None
     p95_ms: float | None = None
     top_errors: list[tuple[str, int]] = field(default_factory=list)
@@ -80,11 +94,17 @@ class UsageStats:
 def _summarize(name: str, rows: list[tuple[str, str | None, float]]) -> UsageStats:
     latencies = sorted(latency for _, _, latency in rows)
     failed = [code or status for status, code, _ in rows if status != "success"]
+    classes = Counter(error_class(code) for code in failed)
+    errors = classes["upstream"] + classes["gateway"]
     return UsageStats(
         name=name,
         calls=len(rows),
-        errors=len(failed),
-        error_rate=round(len(failed) / len(rows), 4) if rows else 0.0,
+        errors=errors,
+        error_rate=round(errors / len(rows), 4) if rows else 0.0,
+        caller_errors=classes["caller"],
+        caller_error_rate=round(classes["caller"] / len(rows), 4) if rows else 0.0,
+        upstream_errors=classes["upstream"],
+        gateway_errors=classes["gateway"],
         p50_ms=percentile(latencies, 50),
         p95_ms=percentile(latencies, 95),
         top_errors=Counter(failed).most_common(TOP_ERRORS),
@@ -95,7 +115,7 @@ def compute_stats(executions: Iterable[tuple[str, str, str, str | None, float]])
     """Per server, busiest first, each with its tools: rows are `(server, tool, status, error_code, latency_ms)`."""
     by_tool: dict[tuple[str, str], list[tuple[str, str | None, float]]] = {}
     for server, tool, status, code, latency in executions:
-        by_tool.setdefault((server, tool), []).append((status, code, latency))
+        by_tool.setdefault((server or NO_SERVER, tool), []).append((status, code, latency))
     servers: dict[str, list[tuple[str, str | None, float]]] = {}
     for (server, _), rows in by_tool.items():
         servers.setdefault(server, []).extend(rows)
@@ -123,13 +143,26 @@ def format_stats(servers: Sequence[UsageStats]) -> str:
     """A table for people: each server, then its tools indented under it."""
     if not servers:
         return "No calls recorded in this period."
-    headers = ["SERVER / TOOL", "CALLS", "ERRORS", "P50 MS", "P95 MS", "TOP ERROR CODES"]
+    headers = [
+        "SERVER / TOOL",
+        "CALLS",
+        "ERRORS",
+        "UPSTREAM",
+        "GATEWAY",
+        "CALLER",
+        "P50 MS",
+        "P95 MS",
+        "TOP ERROR CODES",
+    ]
     lines: list[list[str]] = []
     for server in servers:
         for indent, stats in [("", server), *(("  ", tool) for tool in server.tools)]:
             top = ", ".join(f"{code} x{count}" for code, count in stats.top_errors) or "-"
             rate = f"{stats.error_rate * 100:.1f}%"
-            lines.append([indent + stats.name, str(stats.calls), rate, _ms(stats.p50_ms), _ms(stats.p95_ms), top])
+            counts = [str(stats.upstream_errors), str(stats.gateway_errors), str(stats.caller_errors)]
+            lines.append(
+                [indent + stats.name, str(stats.calls), rate, *counts, _ms(stats.p50_ms), _ms(stats.p95_ms), top]
+            )
     widths = [max(len(row[i]) for row in [headers, *lines]) for i in range(len(headers))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
                      for row in [headers, *lines])  # fmt: skip

@@ -362,7 +362,7 @@ def load_embedder(settings: EmbeddingSettings, data_dir: Path) -> Embedder | Non
     except _LoadError as e:
         logger.warning("router: %s", e)
         return None
-    logger.info(
+    logger.debug(  # the router says when it is ready; a load that ends after a shutdown stays quiet
         "router: embedding model %s (dim %d) loaded in %.2f s",
         embedder.model_id,
         embedder.dim,

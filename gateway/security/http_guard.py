@@ -5,6 +5,10 @@
    whose credentials verify, when authentication is on. `/metrics` joins them only when
    `GATEWAY_HTTP__METRICS_PUBLIC` is true; otherwise it is guarded like `/mcp`.
 1. Host and Origin headers (DNS rebinding): a foreign one gets 403.
+   Then, for a gateway without `auth:` (unless told `insecure_no_auth`): a request that shows it
+   came from beyond loopback (proxy headers, a remote client, a public Host; see
+   `gateway.security.reachability`) gets 403 with how to add auth, on every route alike
+   (`/mcp`, `/route`, `/feedback`, `/admin`, `/metrics` even when public).
 2. `/.well-known/oauth-protected-resource[/<path>]`: the OAuth protected-resource
    metadata (RFC 9728), public, as the MCP authorization spec asks.
 3. Authentication, when `auth:` configures keys or JWTs: no or a bad bearer token gets
@@ -28,6 +32,7 @@ import contextlib
 import contextvars
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -41,6 +46,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway.config.security import AuthConfig
 from gateway.security.auth import Authenticator, AuthError, Principal
 from gateway.security.ratelimit import Limiter, RateLimiter
+from gateway.security.reachability import request_beyond_loopback
 
 __all__ = [
     "METADATA_PATH",
@@ -113,10 +119,13 @@ class SecurityMiddleware:
         public_paths: tuple[str, ...] = PUBLIC_PATHS,
         session_prefix: str | None = None,
         limiter: Limiter | None = None,
+        loopback_only: Callable[[str], str] | None = None,
     ) -> None:
         """`public_paths`: routes served without Host check or credentials (the health probes,
         and `/metrics` when `GATEWAY_HTTP__METRICS_PUBLIC` says so); `session_prefix`: routes whose
-        app authenticates a request without an `Authorization` header itself (a session cookie)."""
+        app authenticates a request without an `Authorization` header itself (a session cookie);
+        `loopback_only`: set when the gateway may serve loopback alone (no `auth:`), the refusal
+        (`reachability.no_auth_refusal`) of a request from beyond, given why it is from beyond."""
         self.app = RequestBodyLimitMiddleware(app, max_body)
         self.public_paths = public_paths
         self.guard = guard
@@ -126,19 +135,33 @@ class SecurityMiddleware:
         self.limiter: Limiter = limiter if limiter is not None else RateLimiter()
         """Per caller: this process's buckets, or the deployment's (a shared database)."""
         self.session_prefix = session_prefix
+        self.loopback_only = loopback_only
+        self._told_loopback_only = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         request = Request(scope)
-        if scope["path"] in self.public_paths:
+        if scope["path"] in PUBLIC_PATHS:  # the health probes: a load balancer's, from anywhere
             await self._public(request, scope, receive, send)
             return
-        refused = await self.guard.validate_request(request, is_post=False)
-        if refused is not None:
-            reason = bytes(refused.body).decode(errors="replace")
-            await _send_json(send, 403, {"error": f"{reason}: this host or origin is not allowed"})
+        if scope["path"] not in self.public_paths:
+            refused = await self.guard.validate_request(request, is_post=False)
+            if refused is not None:
+                reason = bytes(refused.body).decode(errors="replace")
+                await _send_json(send, 403, {"error": f"{reason}: this host or origin is not allowed"})
+                return
+        if self.loopback_only is not None:
+            why = request_beyond_loopback(request.headers, scope.get("client"))
+            if why is not None:
+                level = logging.INFO if self._told_loopback_only else logging.WARNING  # one warning, then info
+                self._told_loopback_only = True
+                logger.log(level, "refused %s %s (no auth:): %s", request.method, scope["path"], why)
+                await _send_json(send, 403, {"error": "authentication_required", "message": self.loopback_only(why)})
+                return
+        if scope["path"] in self.public_paths:
+            await self._public(request, scope, receive, send)
             return
         if scope["path"].startswith(METADATA_PATH):
             await self._metadata(request, send)

@@ -38,12 +38,14 @@ from gateway.observability.tracing import enabled as tracing_enabled
 from gateway.records.feedback import feedback_endpoint
 from gateway.security.auth import Authenticator
 from gateway.security.http_guard import PUBLIC_PATHS, SecurityMiddleware, principal_in
+from gateway.security.reachability import no_auth_refusal
 from gateway.security.scopes import visible
 from gateway.serving.admin.access import ADMIN_PREFIX, with_console
 from gateway.serving.admin.api import api_routes
-from gateway.serving.admin.ui import close_console, ui_routes
+from gateway.serving.admin.ui import FAVICON_PATH, close_console, ui_routes
 from gateway.serving.connect import CALLBACK_PATH, Connector, connect_routes
 from gateway.serving.deferred_responses import deferring_http_app
+from gateway.serving.drain import Drain
 from gateway.serving.exposure import NO_TOOL_FITS, openai_function, tool_payload, unknown_mode
 from gateway.serving.server import GatewayServer
 
@@ -240,6 +242,8 @@ def build_http_app(gateway: GatewayServer, settings: Settings, *, admin: bool = 
     if settings.http.path.rstrip("/"):  # `/` names the endpoint and the console (static: no Host check, no credentials)
         routes.append(Route("/", index_endpoint(settings.http.path, console=admin), methods=["GET", "POST"]))
         public_paths += ("/",)
+    if admin:
+        public_paths += (FAVICON_PATH,)  # an icon, asked for by browsers without credentials
     if settings.http.metrics:
         routes.append(Route(METRICS_PATH, metrics, methods=["GET"]))
         if settings.http.metrics_public:
@@ -278,6 +282,7 @@ def build_http_app(gateway: GatewayServer, settings: Settings, *, admin: bool = 
     if not settings.http.stateless:
         gateway.registry.metrics.watch_sessions(partial(open_sessions, gateway.server.session_manager))
     authenticator = Authenticator(gateway.auth) if gateway.auth.enabled else None
+    refusal = partial(no_auth_refusal, config=settings.config)  # without auth: to a request from beyond loopback
     served = _refusing_unknown_modes(app, settings.http.path)
     if tracing_enabled():  # a `traceparent` header continues the caller's trace
         served = TraceContextMiddleware(served)
@@ -293,6 +298,7 @@ def build_http_app(gateway: GatewayServer, settings: Settings, *, admin: bool = 
         public_paths=public_paths,
         session_prefix=ADMIN_PREFIX if admin else None,  # the console checks its own session cookie
         limiter=gateway.shared.limiter if gateway.shared is not None else None,  # replicas count together
+        loopback_only=None if authenticator or settings.http.insecure_no_auth else refusal,
     )
 
 
@@ -303,6 +309,12 @@ class _Uvicorn(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+
+def _stop_listening(server: uvicorn.Server) -> None:
+    """Accept no new connections (uvicorn's own shutdown closes its servers again, harmlessly)."""
+    for listening in server.servers:
+        listening.close()
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -332,10 +344,12 @@ async def serve_http(
     ready: Callable[[int], None] | None = None,
 ) -> None:
     """Serve streamable HTTP on an already bound socket until `stop` is set."""
-    app = build_http_app(gateway, settings)
+    app = drain = Drain(build_http_app(gateway, settings))  # SIGTERM: readiness false, refuse new, finish
     # JSON logs: uvicorn's records go through the gateway's handler, not uvicorn's text formatter.
     log_config = None if settings.log_format == "json" else uvicorn.config.LOGGING_CONFIG
     config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5, log_config=log_config)
+    if settings.http.trusted_proxies:  # else uvicorn's default: 127.0.0.1 (or $FORWARDED_ALLOW_IPS)
+        config.forwarded_allow_ips = settings.http.trusted_proxies
     server = _Uvicorn(config)
     async with anyio.create_task_group() as tg:
         tg.start_soon(server.serve, [sock])
@@ -348,5 +362,10 @@ async def serve_http(
         if ready is not None:
             ready(port)
         await stop.wait()
+        await drain.drain(
+            notice=settings.http.drain_notice_seconds,
+            timeout=settings.http.drain_seconds,
+            stop_listening=partial(_stop_listening, server),
+        )
         close_console(gateway)  # open live tails end, so uvicorn's graceful shutdown does not wait for them
         server.should_exit = True

@@ -30,10 +30,10 @@ from gateway.config.settings import Settings
 from gateway.errors import GatewayError, InvalidArguments, error_result
 from gateway.observability import tracing
 from gateway.observability.metrics import SearchStatus
-from gateway.records.callers import CallerIds
+from gateway.records.callers import CallerIds, client_label
 from gateway.records.feedback import FEEDBACK_TOOL, feedback_tool_result
 from gateway.records.model import EXECUTION_ID_NOTE, FEEDBACK_TOKEN_META_KEY, PARENT_NOTE
-from gateway.records.recorder import CLIENT_NOTE, SESSION_NOTE
+from gateway.records.recorder import CLIENT_LABEL_NOTE, CLIENT_NOTE, SESSION_NOTE
 from gateway.registry import Registry
 from gateway.relay import Interactions, connection_of
 from gateway.router.base import SearchHit
@@ -175,6 +175,7 @@ class ToolHandlers:
         try:
             if self.records is not None:
                 notes[SESSION_NOTE], notes[CLIENT_NOTE] = self.callers.of(ctx, stateless=self.stateless())
+                notes[CLIENT_LABEL_NOTE] = client_label(ctx)
             await self.startup.owner_of(params.name)
             upstream = self.registry.server_of(params.name)
             token = forwardable_token(ctx.request)

@@ -265,9 +265,9 @@ class ServerSet:
         """Stop at once: the calls in flight are cancelled, saying `because`."""
         for caller in self.owner.retire_callers(upstream.id):
             caller.requests.cancel(because)
-            caller.stop()
+            caller.stop(because)
         upstream.requests.cancel(because)
-        await supervisors.stop(upstream)
+        await supervisors.stop(upstream, because)
 
     async def _retire(
         self, supervisors: Supervisors, old: Upstream, callers: list[Upstream], drain_seconds: float
@@ -284,6 +284,6 @@ class ServerSet:
         for upstream in (*callers, old):
             upstream.requests.cancel(because)
         for caller in callers:
-            caller.stop()
-        await supervisors.stop(old)
+            caller.stop(because)
+        await supervisors.stop(old, because)
         logger.info("server %r (%s) stopped", old.id, "removed" if old.id not in self.upstreams else "replaced")

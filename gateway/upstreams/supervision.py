@@ -94,10 +94,11 @@ class Supervisors:
             slot.done.set()
             self._slots.pop(id(slot.upstream), None)
 
-    async def stop(self, upstream: Upstream, grace: float = STOP_GRACE_SECONDS) -> None:
-        """Stop one upstream and wait until its task has ended (its session closed, a child reaped)."""
+    async def stop(self, upstream: Upstream, because: str, grace: float = STOP_GRACE_SECONDS) -> None:
+        """Stop one upstream (`because`: the reason its `stopped` state gives) and wait until its task has
+        ended (its session closed, a child reaped)."""
         slot = self._slots.get(id(upstream))
-        upstream.stop()
+        upstream.stop(because)
         if slot is None:  # never started, or already over
             return
         with anyio.move_on_after(grace):

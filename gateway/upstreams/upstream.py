@@ -48,7 +48,13 @@ from gateway.upstreams.errors import (
 from gateway.upstreams.health import probe
 from gateway.upstreams.in_flight import InFlight
 from gateway.upstreams.listing import Unsupported, fetch_listing, method_not_found, unsupported_answer
-from gateway.upstreams.oauth.binding import GrantAuth, login_reason, login_refusal
+from gateway.upstreams.oauth.binding import (
+    GrantAuth,
+    login_reason,
+    login_refusal,
+    token_endpoint_error,
+    token_endpoint_reason,
+)
 from gateway.upstreams.on_demand import OnDemand
 from gateway.upstreams.server_requests import relay_callbacks
 from gateway.upstreams.spec import CONNECTED_STATES, LISTED_STATES, ServerState, UpstreamSpec
@@ -148,6 +154,7 @@ class Upstream:
         self.instructions: str | None = None
         self._client: Client | None = None
         self._stop = anyio.Event()
+        self._stop_reason = "the gateway stopped"
         self._closed = anyio.Event()
         self._refresh = anyio.Event()
         self.subscriptions = Subscriptions(self)
@@ -188,7 +195,10 @@ class Upstream:
         """Wait until the first connection attempt has succeeded or failed."""
         await self._ready.wait()
 
-    def stop(self) -> None:
+    def stop(self, because: str = "the gateway stopped") -> None:
+        """Ask `run()` to end; `because` is the reason of the final `stopped` state (the first one given)."""
+        if not self._stop.is_set():
+            self._stop_reason = because
         self._stop.set()
 
     async def run(self) -> None:
@@ -219,7 +229,7 @@ class Upstream:
                     self.unauthorized = True
                     await self._set_state("needs_login", login)
                 else:
-                    await self._set_state("failed", self._reason(exc))
+                    await self._set_state("failed", token_endpoint_reason(self._auth) or self._reason(exc))
             finally:
                 self._client, self.pid, self.subscriptions.listening = None, None, False
                 self._ready.set()
@@ -251,7 +261,7 @@ class Upstream:
             if not self._stop.is_set():
                 await self._set_state("starting", f"reconnecting (attempt {failures + 1}) after: {self.reason}")
         if self.state in ("starting", *LISTED_STATES):
-            await self._set_state("stopped", "the gateway stopped")
+            await self._set_state("stopped", self._stop_reason)
 
     async def _wait_wanted(self) -> None:
         """Wait (idle) until a call wants this on-demand server, or the gateway stops."""
@@ -589,6 +599,9 @@ class Upstream:
         if refusal is not None:
             self._closed.set()
             raise refusal
+        down = token_endpoint_error(self.id, self._auth, operation)
+        if down is not None:  # the session is still good: the next request refreshes again
+            raise down
 
 
 def restart_delay(failures: int) -> float:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import secrets
+import signal
 import socket
 import sys
 import time
@@ -353,6 +354,10 @@ def main() -> None:
         uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1))
         for app in (as_app, rs_app)
     ]
+
+    # SIGUSR1 stops the authorization server alone (its port then refuses connections): a provider
+    # whose token endpoint is down while the MCP server is up.
+    signal.signal(signal.SIGUSR1, lambda *_: setattr(servers[0], "should_exit", True))
 
     async def serve() -> None:
         async with anyio.create_task_group() as tg:

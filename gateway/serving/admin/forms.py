@@ -134,38 +134,38 @@ def posted_values(form: ToolForm, posted: Mapping[str, str]) -> dict[str, str]:
 
 
 def _parse_value(item: Field, text: str) -> Any:
-    """The JSON value a field's text stands for; raises ValueError with a sentence naming the parameter."""
-    name = f"`{item.name}`"
+    """The JSON value a field's text stands for; raises ValueError with a sentence for under its field
+    (which names the parameter: the sentence does not repeat it, nor carry markup)."""
     if item.kind == "string":
         return text
     if item.kind == "integer":
         try:
             return int(text.strip())
         except ValueError:
-            raise ValueError(f"{name} must be an integer; got {text!r:.60}.") from None
+            raise ValueError(f"Must be an integer; got {text!r:.60}.") from None
     if item.kind == "number":
         try:
             number = float(text.strip())
         except ValueError:
-            raise ValueError(f"{name} must be a number; got {text!r:.60}.") from None
+            raise ValueError(f"Must be a number; got {text!r:.60}.") from None
         if not math.isfinite(number):
-            raise ValueError(f"{name} must be a finite number; got {text!r:.60}.")
+            raise ValueError(f"Must be a finite number; got {text!r:.60}.")
         return int(number) if number.is_integer() and "." not in text and "e" not in text.lower() else number
     if item.kind == "boolean":
         if text not in ("true", "false"):
-            raise ValueError(f"{name} must be true or false; got {text!r:.60}.")
+            raise ValueError(f"Must be true or false; got {text!r:.60}.")
         return text == "true"
     if item.kind == "enum":
         allowed = [value for value, _ in item.choices]
         if text not in allowed:
             labels = ", ".join(label for _, label in item.choices)
-            raise ValueError(f"{name} must be one of {labels}; got {text!r:.60}.")
+            raise ValueError(f"Must be one of {labels}; got {text!r:.60}.")
         return json.loads(text)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno} column {exc.colno}"
-        raise ValueError(f"{name} must be JSON ({item.type_label}): {exc.msg} at {where}.") from None
+        raise ValueError(f"Must be JSON ({item.type_label}): {exc.msg} at {where}.") from None
 
 
 def parse_form(form: ToolForm, posted: Mapping[str, str]) -> dict[str, Any]:
@@ -190,7 +190,7 @@ def parse_form(form: ToolForm, posted: Mapping[str, str]) -> dict[str, Any]:
         text = posted.get(item.input_name, "")
         if text.strip() == "" and not (item.kind == "string" and text):
             if item.required:
-                errors[item.name] = f"`{item.name}` is required."
+                errors[item.name] = "Required."
             continue
         try:
             arguments[item.name] = _parse_value(item, text)

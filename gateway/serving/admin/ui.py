@@ -43,7 +43,7 @@ from gateway.serving.admin.tail import CallTail, tail_endpoint
 if TYPE_CHECKING:
     from gateway.serving.server import GatewayServer
 
-__all__ = ["PREFIX", "close_console", "console_tail", "ui_routes"]
+__all__ = ["FAVICON_PATH", "PREFIX", "close_console", "console_tail", "ui_routes"]
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +67,10 @@ templates.env.globals.update(
     nav=NAV,
 )
 templates.env.filters["pretty"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False, default=str)
+TRANSPORT_LABELS = {"memory": "in-process", "http": "streamable HTTP", "sse": "HTTP+SSE", "stdio": "stdio"}
+"""How the console names a server's transport: a plugin runs in the gateway's process ("memory" read like
+a memory figure)."""
+templates.env.filters["transport"] = lambda value: TRANSPORT_LABELS.get(str(value), str(value))
 templates.env.filters["q"] = lambda value: quote(str(value), safe="")
 templates.env.filters["when"] = lambda at: (
     time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(float(at))) if isinstance(at, int | float) else ""
@@ -179,6 +183,7 @@ STATIC = {
     "console.js": "text/javascript",
     "htmx.min.js": "text/javascript",
     "htmx.LICENSE": "text/plain",
+    "favicon.svg": "image/svg+xml",
 }
 """The files under static/ that are served (a fixed list: no path from a request reaches the disk)."""
 
@@ -190,6 +195,16 @@ async def _static(request: Request) -> Response:
     if media is None:
         return PlainTextResponse(f"No console file {name!r}.", status_code=404)
     return FileResponse(HERE / "static" / name, media_type=media, headers={"Cache-Control": "max-age=3600"})
+
+
+FAVICON_PATH = "/favicon.ico"
+"""Where browsers look for a site's icon when a page names none: served (the console's SVG), not a 404."""
+
+
+async def _favicon(request: Request) -> Response:
+    return FileResponse(
+        HERE / "static" / "favicon.svg", media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"}
+    )
 
 
 def ui_routes(gateway: GatewayServer) -> list[Route]:
@@ -217,6 +232,7 @@ def ui_routes(gateway: GatewayServer) -> list[Route]:
         Route(PREFIX + "/audit", _page(pages.audit), methods=["GET"]),
         Route(PREFIX + "/reload", _action(pages.reload), methods=["POST"]),
         Route(PREFIX + "/static/{name}", _static, methods=["GET"]),
+        Route(FAVICON_PATH, _favicon, methods=["GET"]),
     ]
 
 

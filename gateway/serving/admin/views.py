@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -115,6 +116,7 @@ def _figures(found: ServerWindow | None) -> dict[str, Any]:
         "calls": calls,
         "calls_per_minute": round(calls / SERIES_MINUTES, 2),
         "error_rate": round(errors / calls, 4) if calls else None,
+        "caller_error_rate": round(found.caller_errors / calls, 4) if calls else None,
         "p50_ms": round(statistics.median(latencies), 2) if latencies else None,
         "series": {
             "calls": found.per_minute,
@@ -559,7 +561,7 @@ def effective_config(gateway: GatewayServer) -> dict[str, Any]:
         for key in auth.get("api_keys", []):
             key["hash"] = MASK
         config = {
-            "path": str(loaded.path),
+            "path": os.path.abspath(loaded.path),  # where it is, whatever folder the gateway started in
             "servers": servers_out,
             "plugins": _masked(loaded.plugins, everywhere),
             "auth": auth,

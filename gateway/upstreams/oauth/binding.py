@@ -20,11 +20,22 @@ import anyio
 import httpx2
 
 from gateway.config.servers import OAuthConfig
-from gateway.errors import UpstreamUnauthorized
+from gateway.errors import UpstreamUnauthorized, UpstreamUnavailable
+from gateway.upstreams.errors import describe
 from gateway.upstreams.oauth.grant import GATEWAY_SLOT, Grant, RefreshRefused, refresh, user_slot
 from gateway.upstreams.oauth.vault import OAuthVaultError, Vault
 
-__all__ = ["GrantAuth", "NeedsLogin", "OAuthBinding", "account_id", "login_reason", "login_refusal"]
+__all__ = [
+    "GrantAuth",
+    "NeedsLogin",
+    "OAuthBinding",
+    "TokenEndpointDown",
+    "account_id",
+    "login_reason",
+    "login_refusal",
+    "token_endpoint_error",
+    "token_endpoint_reason",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +119,24 @@ class OAuthBinding:
         return NeedsLogin(self.server_id, f"{why}; {self.login_hint(account)}")
 
 
+class TokenEndpointDown(Exception):
+    """A refresh could not reach (or got a server error from) the authorization server's token endpoint."""
+
+
+def token_endpoint_reason(auth: GrantAuth | None) -> str | None:
+    """Why the last attempt failed, when it was the token endpoint's fault (not the MCP server's)."""
+    return auth.token_endpoint_down if auth is not None else None
+
+
+def token_endpoint_error(server: str, auth: GrantAuth | None, operation: str) -> UpstreamUnavailable | None:
+    """The error for a request that failed because the token endpoint could not refresh its token."""
+    why = token_endpoint_reason(auth)
+    if why is None:
+        return None
+    message = f"Server {server!r} was not sent {operation}: {why}. Try again later."
+    return UpstreamUnavailable(message, server=server, sent=False, details={"token_endpoint_down": True})
+
+
 def login_reason(auth: GrantAuth | None, exc: BaseException) -> str | None:
     """Why a connection attempt needs an OAuth login, if that is why it failed (`exc` may be the
     transport's own error: the auth's `needs_login` says what lay behind it)."""
@@ -138,6 +167,9 @@ class GrantAuth(httpx2.Auth):
         self.on_needs_login = on_needs_login
         self.needs_login: NeedsLogin | None = None
         """Set when no usable grant is left: the server waits for a login instead of retrying."""
+        self.token_endpoint_down: str | None = None
+        """Why the last refresh could not reach the authorization server's token endpoint (None once one
+        succeeds): the MCP server itself was not asked, so its failure is not the server's."""
         self._grant: Grant | None = None
         self._lock = anyio.Lock()
 
@@ -167,6 +199,12 @@ class GrantAuth(httpx2.Auth):
                 try:
                     async with httpx2.AsyncClient(timeout=TOKEN_TIMEOUT) as client:
                         grant = await refresh(grant, client)
+                except httpx2.HTTPError as exc:  # the authorization server is down or failing: not a refusal
+                    self.token_endpoint_down = (
+                        f"the gateway could not refresh its OAuth access token: the authorization server's "
+                        f"token endpoint {grant.token_endpoint} failed ({describe(exc)}); the MCP server was not asked"
+                    )
+                    raise TokenEndpointDown(self.token_endpoint_down) from None
                 except RefreshRefused as exc:
                     latest = await binding.grant(account)
                     if latest is not None and latest.refresh_token != grant.refresh_token and not latest.expiring():
@@ -177,6 +215,7 @@ class GrantAuth(httpx2.Auth):
                     if latest is not None and latest.refresh_token == grant.refresh_token:
                         await binding.forget(account)  # dead: the waiting server looks for a new one
                     raise self._fail(f"the OAuth grant ended: {exc}") from None
+                self.token_endpoint_down = None
                 await binding.save(account, grant)
                 logger.info("server %r: refreshed its OAuth access token", binding.server_id)
                 self._grant = grant

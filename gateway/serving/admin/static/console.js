@@ -32,7 +32,7 @@
     badge.textContent = call.status;
     status.appendChild(badge);
     if (call.code) status.appendChild(document.createTextNode(" " + call.code));
-    tr.append(when, cell(call.server), cell(call.tool), status, cell(call.latency_ms.toFixed(1) + " ms"), cell(call.client || ""));
+    tr.append(when, cell(call.server || "(no server)"), cell(call.tool), status, cell(call.latency_ms.toFixed(1) + " ms"), cell(call.client || ""));
     rows.insertBefore(tr, rows.firstChild);
     seen += 1;
     while (rows.children.length > keep) rows.removeChild(rows.lastChild);
