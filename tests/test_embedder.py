@@ -359,6 +359,44 @@ def test_a_model_path_loads_that_directory(data_dir: Path, embedder: FastEmbedEm
     np.testing.assert_allclose(loaded.embed_query("hello"), embedder.embed_query("hello"), atol=1e-6)
 
 
+def _model_directory(tmp_path: Path) -> Path:
+    directory = tmp_path / "mymodel"
+    directory.mkdir()
+    for name in TOKENIZER_FILES:
+        shutil.copyfile(ASSETS_DIR / name, directory / name)
+    os.symlink(_installed_model(), directory / "model.onnx")
+    return directory
+
+
+def test_a_model_path_pinned_by_digests_loads_when_every_file_matches(tmp_path: Path) -> None:
+    directory = _model_directory(tmp_path)
+    digests = {"model.onnx": DEFAULT_MODEL_SHA256, **TOKENIZER_FILES}
+    loaded = load_embedder(
+        EmbeddingSettings(model_path=directory, model_sha256=digests, threads=1, document_workers=1), tmp_path / "data"
+    )
+    assert isinstance(loaded, FastEmbedEmbedder)
+    assert loaded.model_id == f"sentence-transformers/all-MiniLM-L6-v2@{DEFAULT_MODEL_SHA256[:8]}"
+
+
+@pytest.mark.parametrize(
+    ("digests", "says"),
+    [
+        ({"model.onnx": "0" * 64}, f"model.onnx has sha256 {DEFAULT_MODEL_SHA256}, expected {'0' * 64}"),
+        ({"model.onnx": DEFAULT_MODEL_SHA256, "tokenizer.json": "1" * 64}, "tokenizer.json has sha256"),
+        ({"tokenizer.json": TOKENIZER_FILES["tokenizer.json"]}, "names no digest for model.onnx"),
+        ({"model.onnx": DEFAULT_MODEL_SHA256, "../secrets": "2" * 64}, "has no file '../secrets' to verify"),
+    ],
+)
+def test_a_model_path_whose_files_do_not_match_their_digests_is_refused_with_one_warning(
+    digests: dict[str, str], says: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    directory = _model_directory(tmp_path)
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    assert load_embedder(EmbeddingSettings(model_path=directory, model_sha256=digests), tmp_path / "data") is None
+    [warning] = _warnings(caplog)
+    assert says in warning and "BM25 alone" in warning
+
+
 def test_an_unknown_model_name_is_one_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger=LOGGER):
         assert load_embedder(EmbeddingSettings(model="nobody/no-such-model"), tmp_path) is None

@@ -638,7 +638,7 @@ def test_retention_deletes_old_records_with_their_failures_and_feedback(tmp_path
     from gateway.records.store import Batch
 
     def execution(id_: str, at: float) -> tuple[Any, ...]:
-        return (id_, at, "s", "s__t", None, None, "{}", "ok", 2, 1.0, "error", "tool_error", 1, None, None)
+        return (id_, at, "s", "s__t", None, None, "{}", "ok", 2, 1.0, "error", "tool_error", 1, None, None, None)
 
     batch = Batch(
         executions=[execution("old", 100.0), execution("new", 10_000.0)],
@@ -684,8 +684,8 @@ def test_a_records_file_from_before_tracing_gains_the_trace_id_column_and_keeps_
     store = SqliteStore(path)
     assert store.schema_version() == MIGRATIONS[-1].version
     names, rows = store.rows("executions")
-    assert names[-2:] == ["trace_id", "replica"] and [row[0] for row in rows] == ["e1"]
-    assert rows[0][-2:] == (None, None)
+    assert names[-3:] == ["trace_id", "replica", "parent_id"] and [row[0] for row in rows] == ["e1"]
+    assert rows[0][-3:] == (None, None, None)
     store.close()
 
 

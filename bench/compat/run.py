@@ -161,6 +161,17 @@ def _page(rows: Sequence[Row], client_rows: Sequence[ClientRow], seconds: float)
     )
 
 
+KEPT_HEADING = "## Conformance"
+"""The page's sections from this heading on are written by hand (tests/test_conformance.py's results)."""
+
+
+def kept_sections(page: Path) -> str:
+    """What a regeneration keeps of the page: its hand-written sections, from `KEPT_HEADING` on."""
+    text = page.read_text() if page.exists() else ""
+    start = text.find("\n" + KEPT_HEADING + "\n")
+    return "\n" + text[start + 1 :] if start >= 0 else ""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fast", action="store_true", help="only the servers the test suite uses")
@@ -184,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if client_rows:
         print(client_table(client_rows))
     if not args.only:
-        args.output.write_text(document(rows, client_rows, seconds, private))
+        args.output.write_text(document(rows, client_rows, seconds, private) + kept_sections(args.output))
         print(f"wrote {args.output} in {seconds:.0f} s")
     return 0 if all(r.ok for r in rows) and all(r.ok for r in client_rows) else 1
 

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 from gateway.cli.common import EXIT_OK, Usage
 from gateway.config.settings import Settings
 from gateway.plugins import get_plugin_manager
-from gateway.router.service import learning_parameters, load_router_embedder
+from gateway.router.service import describe_embedder, learning_parameters, load_router_embedder
 
 if TYPE_CHECKING:
-    from gateway.router.base import EmbeddingCache
+    from gateway.router.base import Embedder, EmbeddingCache
 
 __all__ = ["add_parsers", "run_eval"]
 
@@ -135,6 +135,19 @@ def _pairs(catalogs: list[Path], queries: list[Path], sets: list[Path]) -> list[
     return pairs
 
 
+def _backend_line(embedder: Embedder | None) -> str:
+    """Which embedding backend the figures are of, and whether it failed on the way (they are BM25's then)."""
+    line = f"embedding: {describe_embedder(embedder)}"
+    failure = getattr(embedder, "failure", None)
+    if failure:
+        line += f" (FAILED during the run, so these figures are partly BM25 alone's: {failure})"
+    return line
+
+
+def _backend_figures(embedder: Embedder | None) -> dict[str, str | None]:
+    return {"embedding": describe_embedder(embedder), "embedding_failure": getattr(embedder, "failure", None)}
+
+
 def _cache(settings: Settings, cold: bool) -> EmbeddingCache | None:
     """The data dir's embedding cache (or the deployment's database), unless `cold`."""
     if cold:
@@ -172,8 +185,10 @@ def _eval(
     embedder = load_router_embedder(settings, pm)
     cache = _cache(settings, cold) if embedder is not None else None
     report = run_eval(catalog, queries, ks, embedder, threshold=settings.routing.threshold, cache=cache)
+    print(_backend_line(embedder))
     print(format_report(report))
     figures = report.to_json()
+    figures.update(_backend_figures(embedder))
     if replay is not None:
         try:
             replayed = run_replay(
@@ -222,8 +237,10 @@ def _eval_sets(
     embedder = load_router_embedder(settings, pm)
     cache = _cache(settings, cold) if embedder is not None else None
     report = run_sets(sets, ks, embedder, settings.routing.threshold, baselines=baselines, cache=cache)
+    print(_backend_line(embedder))
     print(format_multi_report(report))
     figures = report.to_json()
+    figures.update(_backend_figures(embedder))
     if abstain:
         from gateway.router.abstain import format_abstain, pick_threshold, run_abstain
 

@@ -67,7 +67,7 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     serve.add_argument(
         "--mode",
-        choices=["auto", "all", "search", "dynamic"],
+        choices=["auto", "all", "search", "dynamic", "code"],
         help="tool exposure (default: $GATEWAY_ROUTING__MODE or auto)",
     )
     serve.set_defaults(run=run_serve)

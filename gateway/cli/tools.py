@@ -16,7 +16,9 @@ from gateway.config.settings import Settings
 from gateway.errors import GatewayError, error_result
 from gateway.plugins import PluginManager
 from gateway.registry import Registry
+from gateway.router.second_stage import SecondStage
 from gateway.router.service import RouterService, build_router
+from gateway.serving.exposure import NO_TOOL_FITS
 from gateway.state.deployment import fingerprint_store
 
 __all__ = ["add_parsers", "run_call", "run_search", "run_tools"]
@@ -146,20 +148,37 @@ async def _search(registry: Registry, pm: PluginManager, query: str, k: int | No
     async with registry.running():
         await registry.wait_settled(settings.startup_timeout + 5)
         store = recorded_store(settings)
+        second = SecondStage(settings.second_stage, settings.routing.no_fit_threshold)
         try:
             router = RouterService(registry, settings, lambda: build_router(settings, pm), store)
             router.router = await anyio.to_thread.run_sync(router.make_router)
             await router.sync()
+            full = router.router
+            if full is not None and full.dense:  # the full texts too, as a serving gateway ranks once it has them
+                await anyio.to_thread.run_sync(full.enrich)
             await router.refresh_signals()  # rank as the serving gateway does, with what it learnt
-            hits = await router.search(query, k, settings.routing.threshold)
+            # both stages, as search_tools and POST /route run them (no client model to sample here)
+            hits = await router.search(query, second.wanted(k), settings.routing.threshold)
+            routing = await second.refine(query, hits, k)
+            degraded = router.router is not None and router.router.degraded
+            status = router.status
         finally:
+            await second.aclose()
             if store is not None:
                 store.close()
+    if degraded:  # the embedding endpoint is down: say so, the ranking is BM25's
+        print(f"mcp-gateway: ranked with {status}", file=sys.stderr)
+    if second.enabled:
+        print(f"mcp-gateway: second stage: {routing.stage}", file=sys.stderr)
+    hits = routing.hits
     if as_json:
-        print(json.dumps([{"name": h.name, "score": round(h.score, 4)} for h in hits], indent=2))
+        hint = {} if routing.fits else {"hint": True}
+        print(json.dumps([{"name": h.name, "score": round(h.score, 4), **hint} for h in hits], indent=2))
     elif not hits:
         print("No tool matches.")
     else:
+        if not routing.fits:
+            print(f"{NO_TOOL_FITS} The closest tools, as hints only:")
         rows = [
             [str(i), h.name, f"{h.score:.3f}", (h.record.tool.description or "").strip().split("\n")[0][:70]]
             for i, h in enumerate(hits, 1)

@@ -46,6 +46,7 @@ __all__ = [
     "TraceContextMiddleware",
     "TracingUnavailable",
     "annotate",
+    "child_span",
     "current_ids",
     "current_span",
     "current_trace_id",
@@ -192,6 +193,15 @@ def span(name: str, attributes: Mapping[str, Any] | None = None) -> contextlib.A
     not be sampled either, and making them costs as much as recording them), or when
     `GATEWAY_TRACING__LAYER_SPANS` is false."""
     if _tracer is None or not _layer_spans or not trace.get_current_span().is_recording():
+        return _OFF
+    return _span(_tracer, name, attributes)
+
+
+def child_span(name: str, attributes: Mapping[str, Any] | None = None) -> contextlib.AbstractContextManager[Any]:
+    """A child span of the current one, made current, whatever `GATEWAY_TRACING__LAYER_SPANS` says: for
+    a call made inside another request (a code-mode program's inner call), which must not annotate that
+    request's span as its own. Nothing when tracing is off or the current span does not record."""
+    if _tracer is None or not trace.get_current_span().is_recording():
         return _OFF
     return _span(_tracer, name, attributes)
 

@@ -112,4 +112,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         ALTER TABLE audit ADD COLUMN replica TEXT
         """,
     ),
+    Migration(
+        5,
+        "code mode: the parent execution of each call (a program's run, issue 27)",
+        """
+        ALTER TABLE executions ADD COLUMN parent_id TEXT;
+        CREATE INDEX executions_by_parent ON executions (parent_id)
+        """,
+    ),
 )

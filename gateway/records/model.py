@@ -14,6 +14,7 @@ import mcp_types as types
 
 __all__ = [
     "EXECUTION_ID_NOTE",
+    "PARENT_NOTE",
     "FEEDBACK_TOKEN_META_KEY",
     "ExecutionRef",
     "FailureRow",
@@ -29,6 +30,8 @@ FEEDBACK_TOKEN_META_KEY = "mcp-gateway/feedback_token"
 """The `_meta` key of every proxied tool result: the execution id, to rate the result with."""
 EXECUTION_ID_NOTE = "execution_id"
 """The `ToolCall.notes` key where the recorder leaves the execution id for the server."""
+PARENT_NOTE = "parent_id"
+"""The `ToolCall.notes` key of the execution a call was made from: a code-mode program's run."""
 
 
 @dataclass(slots=True)
@@ -55,6 +58,8 @@ class PendingExecution:
     """What to store instead of `arguments`, made on the call path: a refused call's summary."""
     trace_id: str | None = None
     """The call's OpenTelemetry trace id (32 hex digits) when tracing is on."""
+    parent_id: str | None = None
+    """The execution this call was made from (a code-mode program's run), None for a client's own call."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ MAX_LATENCY_ROWS = 20_000
 
 _LIST_COLUMNS = (
     "id, at, server, tool, status, error_code, latency_ms, attempts, client_id, session_id, trace_id, replica, "
+    "parent_id, "
     "substr(response_summary, 1, 160) AS summary"
 )
 _STATUS_SQL = {
@@ -116,7 +117,7 @@ def call_detail(store: RecordStore, execution_id: str) -> dict[str, Any] | None:
     """One call with its (redacted, as stored) arguments, result summary, failures and feedback."""
     names, rows = store.read(
         "SELECT id, at, server, tool, status, error_code, latency_ms, attempts, client_id, session_id, trace_id, "
-        "replica, search_id, arguments, response_summary, response_size FROM executions WHERE id = ?",
+        "replica, parent_id, search_id, arguments, response_summary, response_size FROM executions WHERE id = ?",
         (execution_id,),
     )
     if not rows:
@@ -134,6 +135,14 @@ def call_detail(store: RecordStore, execution_id: str) -> dict[str, Any] | None:
         (execution_id,),
     )
     call["feedback"] = _dicts(names, rows)
+    names, rows = store.read(  # a code-mode program's run: the calls it made, in order
+        "SELECT id, at, server, tool, status, error_code, latency_ms, attempts FROM executions "
+        "WHERE parent_id = ? ORDER BY at",
+        (execution_id,),
+    )
+    call["inner_calls"] = _dicts(names, rows)
+    for inner in call["inner_calls"]:
+        inner["status"] = status_of(inner["status"], inner["attempts"])
     return call
 
 

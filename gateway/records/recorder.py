@@ -27,7 +27,7 @@ import mcp_types as types
 from gateway.calls.chain import REFUSED_NOTE, CallHandler, ToolCall
 from gateway.errors import GatewayError
 from gateway.observability.tracing import current_trace_id
-from gateway.records.model import EXECUTION_ID_NOTE, PendingExecution
+from gateway.records.model import EXECUTION_ID_NOTE, PARENT_NOTE, PendingExecution
 from gateway.records.trail import SearchTrail
 
 __all__ = ["CLIENT_LABEL_NOTE", "CLIENT_NOTE", "SESSION_NOTE", "CallRecorder", "RecordRefused", "trail_keys"]
@@ -96,6 +96,7 @@ class CallRecorder:
             search_id=self.trail.find(trail_keys(session_id, client_id), call.name),
             attempt_errors=attempt_errors,
             trace_id=current_trace_id(),
+            parent_id=notes.get(PARENT_NOTE),
         )
         refused = False
         try:

@@ -132,6 +132,7 @@ def execution_rows(
         pending.attempts,
         pending.search_id,
         pending.trace_id,
+        pending.parent_id,
     )
     return storable_values(values), [storable_failure(failure) for failure in failures]
 

@@ -19,7 +19,7 @@ from gateway.config.settings import RecordsSettings, Settings
 from gateway.errors import GatewayError
 from gateway.observability.tracing import current_trace_id
 from gateway.records.cut import refused_summary, size_estimate, storable
-from gateway.records.model import FailureRow, PendingExecution, SearchRow
+from gateway.records.model import PARENT_NOTE, FailureRow, PendingExecution, SearchRow
 from gateway.records.recorder import CLIENT_LABEL_NOTE, CLIENT_NOTE, SESSION_NOTE, CallRecorder, trail_keys
 from gateway.records.redaction import Masker, Redactor, no_mask
 from gateway.records.rows import ExecutionValues, StoredLimits, execution_rows, outcome, storable_values
@@ -165,6 +165,36 @@ class Records:
             search_id=None,
             error=error,
             stored_arguments=refused_summary(call.arguments, partial(self.mask, call.server)),
+            trace_id=current_trace_id(),
+            parent_id=call.notes.get(PARENT_NOTE),
+        )
+        self.submit_execution(record)
+
+    def record_run(
+        self,
+        execution_id: str,
+        at: float,
+        program: str,
+        result: types.CallToolResult,
+        latency_ms: float,
+        *,
+        session_id: str | None,
+        client_id: str | None,
+    ) -> None:
+        """Queue the record of a code-mode program's run (server `gateway`, tool `execute`, the program
+        as its `code` argument); its inner calls' records name `execution_id` as their parent."""
+        record = PendingExecution(
+            id=execution_id,
+            at=at,
+            server="gateway",
+            tool="execute",
+            session_id=session_id,
+            client_id=client_id,
+            arguments={"code": program},
+            latency_ms=latency_ms,
+            attempts=1,
+            search_id=None,
+            result=result,
             trace_id=current_trace_id(),
         )
         self.submit_execution(record)

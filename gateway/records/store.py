@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 
 EXECUTION_COLUMNS = (
     "id, at, server, tool, session_id, client_id, arguments, response_summary, response_size, "
-    "latency_ms, status, error_code, attempts, search_id, trace_id"
+    "latency_ms, status, error_code, attempts, search_id, trace_id, parent_id"
 )
 TABLES = ("executions", "failures", "feedback", "searches")
 

@@ -14,7 +14,17 @@ import mcp_types as types
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["BULK_ROUNDS", "Embedder", "EmbeddingCache", "SearchHit", "ToolRecord", "Vector", "Matrix", "bulk_size"]
+__all__ = [
+    "BULK_ROUNDS",
+    "Embedder",
+    "EmbeddingCache",
+    "EmbeddingUnavailable",
+    "SearchHit",
+    "ToolRecord",
+    "Vector",
+    "Matrix",
+    "bulk_size",
+]
 
 Vector = npt.NDArray[np.float32]
 """One L2-normalized embedding, shape (dim,)."""
@@ -48,6 +58,11 @@ class SearchHit:
     name: str
     score: float
     record: ToolRecord
+
+
+class EmbeddingUnavailable(Exception):
+    """The embedder cannot embed now (an endpoint that is down, slow or answers nonsense); the
+    message says why in one line. The router ranks with BM25 alone meanwhile (`Router.status`)."""
 
 
 @runtime_checkable

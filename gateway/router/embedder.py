@@ -1,13 +1,15 @@
 """The router's embedding model: fastembed (ONNX Runtime) behind the `Embedder` protocol.
 
-Three ways to get a model, chosen by `EmbeddingSettings`:
+`url` set: an OpenAI-compatible endpoint instead (`gateway.router.remote_embedder`). Otherwise
+three ways to get a model, chosen by `EmbeddingSettings`:
 
 - nothing set: the bundled default, all-MiniLM-L6-v2 with int8 weights, verified and
   assembled under the data dir by `gateway.router.bundled_model`: nothing is downloaded,
   ever.
 - `model_path`: a local directory laid out as fastembed expects for the model name `model`
   (default `sentence-transformers/all-MiniLM-L6-v2`: `model.onnx`, `tokenizer.json`,
-  `tokenizer_config.json`, `config.json`, `special_tokens_map.json`).
+  `tokenizer_config.json`, `config.json`, `special_tokens_map.json`); with `model_sha256`,
+  its files are checked against those digests first.
 - `model` alone: a fastembed model by name, which fastembed downloads from its model hub
   into `<data_dir>/models/fastembed/` on first use.
 
@@ -44,6 +46,7 @@ from gateway.router.bundled_model import (
     MODEL_FILE,
     BundledModelError,
     prepare_model_dir,
+    sha256_file,
     stat_digest,
 )
 from gateway.router.pooling import fastembed_encoder
@@ -346,6 +349,8 @@ def load_embedder(settings: EmbeddingSettings, data_dir: Path) -> Embedder | Non
     if not settings.enabled:
         logger.info("router: embeddings disabled, routing with BM25 alone")
         return None
+    if settings.url:
+        return _load_endpoint(settings)
     started = time.perf_counter()
     try:
         if settings.model_path is not None:
@@ -415,6 +420,10 @@ def _load_from_path(settings: EmbeddingSettings, data_dir: Path) -> FastEmbedEmb
             f"to the fastembed model whose layout the directory has)" + hint
         )
     model_id = f"{name}@{stat_digest(path / model_file)}"
+    if settings.model_sha256:
+        model_id = f"{name}@{_verified_digests(path, settings.model_sha256, model_file, what, hint)[:8]}"
+    else:
+        logger.info("router: %s is not verified (set GATEWAY_EMBEDDING__MODEL_SHA256 to check its files)", what)
     return _open(
         name,
         model_id=model_id,
@@ -424,6 +433,62 @@ def _load_from_path(settings: EmbeddingSettings, data_dir: Path) -> FastEmbedEmb
         what=f"the embedding model in {what} (read as {name!r})",
         hint=hint,
     )
+
+
+def _verified_digests(path: Path, expected: dict[str, str], model_file: str, what: str, hint: str) -> str:
+    """Check every file named in `expected` against its sha256; returns the model file's digest.
+
+    The model file must be among them: a pin that leaves the weights out pins nothing."""
+    if model_file not in expected:
+        raise _LoadError(
+            f"GATEWAY_EMBEDDING__MODEL_SHA256 names no digest for {model_file}, the model's weights "
+            f"(it names {', '.join(sorted(expected)) or 'nothing'})" + hint
+        )
+    for name, digest in sorted(expected.items()):
+        file = path / name
+        if Path(name).is_absolute() or ".." in Path(name).parts or not file.is_file():
+            raise _LoadError(f"{what} has no file {name!r} to verify" + hint)
+        actual = sha256_file(file)
+        if actual.lower() != digest.strip().lower():
+            raise _LoadError(f"{what}: {name} has sha256 {actual}, expected {digest.strip()}" + hint)
+    return expected[model_file].strip().lower()
+
+
+def _load_endpoint(settings: EmbeddingSettings) -> Embedder | None:
+    """The OpenAI-compatible endpoint of `url`; None (logged) when misconfigured. An endpoint that is
+    down now is still returned: the router ranks with BM25 alone until it answers."""
+    from gateway.router.endpoints import api_key_from_env
+    from gateway.router.remote_embedder import EmbeddingUnavailable, EndpointEmbedder
+
+    assert settings.url
+    hint = _bm25_hint("set GATEWAY_EMBEDDING__MODEL to the model the endpoint serves", _HINT_DISABLE)
+    if not settings.model:
+        logger.warning("router: GATEWAY_EMBEDDING__URL is set but GATEWAY_EMBEDDING__MODEL is not%s", hint)
+        return None
+    try:
+        key = api_key_from_env(settings.api_key_env)
+    except ValueError as e:
+        logger.warning("router: %s%s", e, _bm25_hint("set it, or unset GATEWAY_EMBEDDING__API_KEY_ENV"))
+        return None
+    embedder = EndpointEmbedder(
+        settings.url,
+        settings.model,
+        api_key=key,
+        request_batch=settings.request_batch,
+        timeout=settings.timeout,
+        query_timeout=settings.query_timeout,
+        retry_seconds=settings.retry_seconds,
+    )
+    try:
+        logger.info("router: embedding model %s (dim %d) at %s", settings.model, embedder.dim, embedder.url)
+    except EmbeddingUnavailable as e:
+        logger.warning(
+            "router: the embedding endpoint does not answer (%s); routing with BM25 alone until it does "
+            "(tried again every %g s)",
+            e,
+            settings.retry_seconds,
+        )
+    return embedder
 
 
 def _load_by_name(settings: EmbeddingSettings, data_dir: Path) -> FastEmbedEmbedder:

@@ -52,7 +52,16 @@ import numpy as np
 import numpy.typing as npt
 
 from gateway.router import fusion
-from gateway.router.base import Embedder, EmbeddingCache, Matrix, SearchHit, ToolRecord, Vector, bulk_size
+from gateway.router.base import (
+    Embedder,
+    EmbeddingCache,
+    EmbeddingUnavailable,
+    Matrix,
+    SearchHit,
+    ToolRecord,
+    Vector,
+    bulk_size,
+)
 from gateway.router.bm25 import BM25Index
 from gateway.router.cache import cache_key
 from gateway.router.documents import (
@@ -222,11 +231,37 @@ class Router:
         """How many documents this router has embedded itself (not found in memory or cache)."""
         self.cached_documents = 0
         """How many documents' vectors this router found in the embedding cache instead."""
+        self.embedding_failure: str | None = None
+        """Why the embedder failed last (an endpoint down), while it does; None when it works."""
 
     @property
     def dense(self) -> bool:
         """True when searches use the embedding model; False: BM25 alone."""
         return self._embedder is not None and self.config.fusion != "bm25"
+
+    @property
+    def degraded(self) -> bool:
+        """True while the embedder fails (an endpoint down): searches are ranked with BM25 alone."""
+        return self._embedder is not None and self.embedding_failure is not None
+
+    @property
+    def needs_embedding(self) -> bool:
+        """True when the index was built without vectors because the embedder failed: an `update`
+        with the same tools embeds them once the embedder answers again."""
+        snap = self._snapshot
+        return self.degraded and snap.matrix is None and bool(snap.records)
+
+    @property
+    def status(self) -> str:
+        """How searches are ranked now, in a line: `embeddings + BM25`, `BM25 only`, or why BM25 only."""
+        if self._embedder is None or self.config.fusion == "bm25":
+            return "BM25 only"
+        if self.embedding_failure is not None:
+            return f"BM25 only while the embedding model is unavailable: {self.embedding_failure}"
+        return "embeddings + BM25"
+
+    def _embedding_failed(self, error: EmbeddingUnavailable) -> None:
+        self.embedding_failure = str(error) or type(error).__name__
 
     @property
     def description(self) -> str:
@@ -284,14 +319,20 @@ class Router:
             full_texts: tuple[str, ...] = ()
             full_keys: tuple[str, ...] = ()
             if self._embedder is not None and cfg.fusion != "bm25":
-                vectors = self._embed_all(texts + server_texts, progress)
-                short_matrix = vectors[: len(texts)]
-                server_matrix = vectors[len(texts) :] if server_texts else None
-                if cfg.full_document_weight:
-                    full_texts = tuple(truncate_tokens(d, cfg.full_document_tokens) for d in documents)
-                    full_keys = tuple(cache_key(self._embedder.model_id, t) for t in full_texts)
-                # a full text that is also a short text (nothing but a short description) has its vector
-                self._full_vectors = self._known(full_keys, ChainMap(self._full_vectors, self._vectors))
+                try:
+                    vectors = self._embed_all(texts + server_texts, progress)
+                    short_matrix = vectors[: len(texts)]
+                    server_matrix = vectors[len(texts) :] if server_texts else None
+                    if cfg.full_document_weight:
+                        full_texts = tuple(truncate_tokens(d, cfg.full_document_tokens) for d in documents)
+                        full_keys = tuple(cache_key(self._embedder.model_id, t) for t in full_texts)
+                    # a full text that is also a short text (nothing but a short description) has its vector
+                    self._full_vectors = self._known(full_keys, ChainMap(self._full_vectors, self._vectors))
+                    self.embedding_failure = None
+                except EmbeddingUnavailable as e:  # indexed for BM25 alone; `needs_embedding` says so
+                    self._embedding_failed(e)
+                    short_matrix = server_matrix = None
+                    full_texts = full_keys = ()
             matrix, blended = self._blend(short_matrix, full_keys)
             self._snapshot = _Snapshot(
                 records=tuple(ordered),
@@ -370,7 +411,12 @@ class Router:
                     if (stop is not None and stop.is_set()) or self._snapshot is not snap:
                         break
                     batch = todo[start : start + step]
-                    new = dict(zip([k for k, _ in batch], self._embed_batch([t for _, t in batch]), strict=True))
+                    try:
+                        embedded = self._embed_batch([t for _, t in batch])
+                    except EmbeddingUnavailable as e:  # the short texts' vectors keep serving
+                        self._embedding_failed(e)
+                        return done
+                    new = dict(zip([k for k, _ in batch], embedded, strict=True))
                     unsaved.update(new)
                     with self._update_lock:
                         self._full_vectors.update(new)
@@ -463,9 +509,16 @@ class Router:
             steps = split_query(query, clauses=cfg.split == "clauses")
             if len(steps) > 1 and len(steps) >= cfg.split_min_steps:
                 queries.extend(steps)
-        vectors = self._embed_queries([self._embedded_text(q) for q in queries]) if self._uses_dense(snap) else None
+        vectors: Matrix | None = None
+        if self._uses_dense(snap):
+            try:
+                vectors = self._embed_queries([self._embedded_text(q) for q in queries])
+                self.embedding_failure = None
+            except EmbeddingUnavailable as e:  # this search is ranked with BM25 alone, never an error
+                self._embedding_failed(e)
         scores = self._scores(snap, queries, vectors)
-        if learned and self.usage is not None and len(self.usage):
+        # what was learnt is keyed by the model's vectors: none without them
+        if learned and self.usage is not None and len(self.usage) and (vectors is not None or not self.dense):
             learnt = self.usage.adjustments(vectors[0] if vectors is not None else lexical_vector(query))
             self._adjust(snap, scores, learnt)
         k = min(k, n)

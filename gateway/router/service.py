@@ -25,7 +25,7 @@ import anyio.to_thread
 
 from gateway.errors import GatewayError
 from gateway.observability.metrics import RouterFigures
-from gateway.router.base import Embedder, SearchHit, ToolRecord
+from gateway.router.base import Embedder, EmbeddingUnavailable, SearchHit, ToolRecord
 from gateway.router.learning import LearningConfig
 from gateway.router.progress import TerminalProgress
 from gateway.router.signals import SignalSource, UsageSignal
@@ -46,6 +46,7 @@ __all__ = [
     "SignalCursor",
     "ToolSource",
     "build_router",
+    "describe_embedder",
     "enrichment",
     "learning_config",
     "learning_parameters",
@@ -109,6 +110,18 @@ def load_router_embedder(settings: Settings, pm: PluginManager | None) -> Embedd
             if embedder is not None:
                 _shared_embedders[key] = embedder
         return embedder
+
+
+def describe_embedder(embedder: Embedder | None) -> str:
+    """The embedding backend in a few words, as `mcp-gateway eval` and `search` report it."""
+    if embedder is None:
+        return "none (BM25 alone)"
+    backend = getattr(embedder, "backend", None)
+    if isinstance(backend, str):
+        return backend
+    if type(embedder).__name__ == "FastEmbedEmbedder":
+        return f"in-process {embedder.model_id}"
+    return f"{type(embedder).__name__} {embedder.model_id}"
 
 
 _shared_embedders: weakref.WeakValueDictionary[tuple[str, str], Embedder] = weakref.WeakValueDictionary()
@@ -278,6 +291,7 @@ class RouterService:
         self.learnt = 0
         """Signals learnt so far by the current router."""
         self._refreshing = anyio.Lock()
+        self._last_status: str | None = None
         registry.change_listeners.append(self._on_change)
 
     def figures(self) -> RouterFigures:
@@ -286,7 +300,7 @@ class RouterService:
         if router is None:
             return RouterFigures(semantic=False, embedded=0, cached=0, pending=0)
         return RouterFigures(
-            semantic=router.dense,
+            semantic=router.dense and not router.degraded,  # 0 while an embedding endpoint is down
             embedded=router.embedded_documents,
             cached=router.cached_documents,
             pending=router.pending_documents,
@@ -330,16 +344,23 @@ class RouterService:
         except Exception:  # noqa: BLE001 - boundary: lexical search goes on without the model
             logger.exception("router: the embedding index could not be built; searching with BM25 alone")
         self._built = True
+        self._note_status()
         self._enrich_wanted.set()
         logger.info(
             "router: %s, ready in %.1f s (%d tool documents embedded, %d from the embedding cache)",
-            "embeddings + BM25" if self.router.dense else "BM25 only",
+            self.router.status,
             time.perf_counter() - started,
             self.router.embedded_documents,
             self.router.cached_documents,
         )
         while True:
-            await self._dirty.wait()
+            current = self.router
+            if current is not None and current.needs_embedding:
+                # indexed without vectors while the embedder failed: try again now and then
+                with anyio.move_on_after(self.settings.embedding.retry_seconds):
+                    await self._dirty.wait()
+            else:
+                await self._dirty.wait()
             self._dirty = anyio.Event()
             await self._sync_logged()
 
@@ -349,6 +370,23 @@ class RouterService:
         except Exception:  # noqa: BLE001 - boundary: keep the last good index and keep serving
             logger.exception("router: updating the index failed; searching the previous one")
         self.ready.set()
+
+    @property
+    def status(self) -> str:
+        """How searches are ranked now (`Router.status`), or that the first index is not built yet."""
+        return self.router.status if self.router is not None else "starting"
+
+    def _note_status(self) -> None:
+        """Log when the ranking falls back to BM25 (an embedding endpoint down) and when it recovers."""
+        status = self.status
+        if status == self._last_status:
+            return
+        previous, self._last_status = self._last_status, status
+        router = self.router
+        if router is not None and router.degraded:
+            logger.warning("router: %s (searches answer meanwhile)", status)
+        elif previous is not None and "unavailable" in previous:
+            logger.info("router: the embedding model answers again; %s", status)
 
     async def sync(self) -> None:
         """Make the index match the catalog now."""
@@ -361,6 +399,7 @@ class RouterService:
             progress = TerminalProgress("mcp-gateway: indexing tools")
             await anyio.to_thread.run_sync(lambda: router.update(records, progress=progress))
             logger.debug("router: indexed %d tools in %.2f s", len(records), time.perf_counter() - started)
+        self._note_status()
         self.ready.set()
         self._enrich_wanted.set()
 
@@ -398,9 +437,11 @@ class RouterService:
             router = self.router
             if router is None:
                 raise RouterUnavailable("Tool search is unavailable on this gateway (see its log).")
-            return await anyio.to_thread.run_sync(
+            hits = await anyio.to_thread.run_sync(
                 lambda: router.search(query, k=k, threshold=threshold), abandon_on_cancel=True
             )
+        self._note_status()
+        return hits
 
     # ------------------------------------------------------------------ learning
 
@@ -409,6 +450,8 @@ class RouterService:
         while True:
             try:
                 await self.refresh_signals()
+            except EmbeddingUnavailable as e:
+                logger.warning("router: learning waits for the embedding model (%s)", e)
             except Exception:  # noqa: BLE001 - boundary: learning must never stop the gateway
                 logger.exception("router: learning from usage signals failed; the ranking is unchanged")
             with anyio.move_on_after(self.settings.learning.refresh_seconds):

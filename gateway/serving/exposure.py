@@ -13,6 +13,11 @@
   session's `tools/list` (bounded, least recently found out first) and sends
   `notifications/tools/list_changed`, so clients that never call the gateway tools
   still end up with the right ones.
+- `code`: `search_tools`, `describe_tools` (typed signatures on demand) and `execute` (a
+  Python program calling every tool the client may see, in a sandbox; `gateway.codemode`,
+  docs/code-mode.md). A task of several calls costs one model turn, and only what the
+  program returns reaches the model's context. `auto` never picks it: a model must be told
+  to write programs, which a client that expects plain tools does not do.
 
 The mode is `routing.mode` for the deployment; an HTTP client may ask for another
 with `?mode=` on the endpoint URL. An unknown value there is refused (HTTP 400, see
@@ -33,6 +38,9 @@ from gateway.router.base import SearchHit
 
 __all__ = [
     "CALL_TOOL",
+    "CODE_SEARCH_TOOL",
+    "DESCRIBE_TOOLS",
+    "EXECUTE",
     "GATEWAY_TOOL_NAMES",
     "SEARCH_TOOL",
     "ArgumentError",
@@ -49,15 +57,16 @@ __all__ = [
     "unknown_mode",
 ]
 
-Mode = Literal["auto", "all", "search", "dynamic"]
+Mode = Literal["auto", "all", "search", "dynamic", "code"]
 MODES: tuple[Mode, ...] = get_args(Mode)
-Shown = Literal["all", "search", "dynamic"]
+Shown = Literal["all", "search", "dynamic", "code"]
 """What a client is shown: a mode, `auto` resolved (`resolve_mode`)."""
 MAX_LIMIT = 50
 
 NO_TOOL_FITS = "No tool fits this request."
-"""What search_tools and POST /route answer when the best tool scores under
-`routing.no_fit_threshold`; the closest tools follow as hints, not matches."""
+"""What search_tools, POST /route and `mcp-gateway search` answer when the best tool scores under
+`routing.no_fit_threshold` (or the second stage's judge says none fits); the closest tools follow
+as hints, not matches."""
 
 SEARCH_TOOL = types.Tool(
     name="search_tools",
@@ -96,7 +105,67 @@ CALL_TOOL = types.Tool(
     },
 )
 
-GATEWAY_TOOL_NAMES = frozenset({SEARCH_TOOL.name, CALL_TOOL.name, FEEDBACK_TOOL.name})
+CODE_SEARCH_TOOL = SEARCH_TOOL.model_copy(
+    update={
+        "description": (
+            "Find the tools that can do a task. Describe the task in plain words; the result lists the best "
+            "matching tools, best first, each with its name, description and a score from 0 to 1. Then get "
+            "their signatures with describe_tools and call them from a program with execute. When nothing "
+            "fits, it says so and lists the closest tools as hints only."
+        )
+    }
+)
+"""`search_tools` as code mode lists it: the same tool, pointing at describe_tools and execute."""
+
+DESCRIBE_TOOLS = types.Tool(
+    name="describe_tools",
+    description=(
+        "Typed Python signatures of tools, by name (as search_tools gives them), with their parameters, "
+        "what each returns, and whether a program may call them. Use before writing a program with execute."
+    ),
+    input_schema={
+        "type": "object",
+        "properties": {
+            "names": {
+                "type": "array",
+                "items": {"type": "string"},
+                "minItems": 1,
+                "maxItems": 50,
+                "description": 'Tool names, e.g. ["notes__search"].',
+            }
+        },
+        "required": ["names"],
+    },
+    annotations=types.ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
+)
+
+EXECUTE = types.Tool(
+    name="execute",
+    description=(
+        "Run a Python program that calls tools and returns only what you need, in one step. Every tool is "
+        "an async function: `r = await tools.server__tool(arg=value)`, or `await call_tool(name, {...})`; "
+        "results are Python values (structured content, else the tool's text: json.loads it when it is "
+        "JSON). A failing call raises an exception you can catch (RuntimeError; PermissionError for a tool "
+        "that writes and is not allowed). The value of the last expression is returned, and print() output "
+        "is shown. asyncio.gather runs calls at once; json, re, math, datetime are importable; no files, "
+        "network or other imports. Limits (time, memory, tool calls, output size) are named when hit."
+    ),
+    input_schema={
+        "type": "object",
+        "properties": {
+            "code": {
+                "type": "string",
+                "minLength": 1,
+                "description": "The program. Its last expression is its result.",
+            }
+        },
+        "required": ["code"],
+    },
+)
+
+GATEWAY_TOOL_NAMES = frozenset(
+    {SEARCH_TOOL.name, CALL_TOOL.name, FEEDBACK_TOOL.name, DESCRIBE_TOOLS.name, EXECUTE.name}
+)
 """The gateway's own tools; `submit_feedback` (`gateway.records.feedback`) is listed when records are on."""
 
 
@@ -160,9 +229,12 @@ def parse_call_arguments(arguments: dict[str, Any] | None) -> tuple[str, dict[st
     return name, inner
 
 
-def tool_payload(hit: SearchHit) -> dict[str, Any]:
-    """One search result as a model reads it."""
+def tool_payload(hit: SearchHit, *, code: bool = False) -> dict[str, Any]:
+    """One search result as a model reads it; in code mode without the schema (`describe_tools` gives
+    the typed signature, on demand), which is most of a result's tokens."""
     tool = hit.record.tool
+    if code:
+        return {"name": hit.name, "description": tool.description or "", "score": round(hit.score, 4)}
     return {
         "name": hit.name,
         "description": tool.description or "",

@@ -75,7 +75,8 @@ async def route_endpoint(gateway: GatewayServer, request: Request) -> Response:
     """`POST /route {"query": str, "k": int}`: the top-k tools in MCP and OpenAI form, with scores.
 
     Pinned tools follow the ranked ones (`"pinned": true`), as they are always offered. When
-    the best tool scores under `routing.no_fit_threshold`, the ranked tools are not offered:
+    the best tool scores under `routing.no_fit_threshold` (or the second stage's judge, through its
+    chat endpoint, says none fits), the ranked tools are not offered:
     `"no_tool_fits": true`, a `message`, and the closest tools under `hints`.
     """
     try:
@@ -95,11 +96,11 @@ async def route_endpoint(gateway: GatewayServer, request: Request) -> Response:
     query = cut_query(query, gateway.settings.routing.max_query_chars)
     principal = principal_in(request)
     try:
-        hits = await gateway.tools.search(query, k, principal)
+        routing = await gateway.tools.route(query, k, principal)
     except GatewayError as exc:
         return JSONResponse({"error": exc.message}, status_code=503)
     catalog = gateway.registry.catalog.tools
-    fits = gateway.tools.fits(hits)
+    hits, fits = routing.hits, routing.fits
     hints = [] if fits else [tool_payload(hit) for hit in hits]
     if not fits:
         hits = []

@@ -1,5 +1,6 @@
 """Tools as clients see them: `tools/list` by exposure mode, `tools/call` through the registry's
-call chain, and the gateway's own tools (`search_tools`, `call_tool`, `submit_feedback`).
+call chain, and the gateway's own tools (`search_tools`, `call_tool`, `submit_feedback`, and code
+mode's `describe_tools` and `execute`, run by `gateway.codemode`).
 
 What a caller may call is checked by the call chain's admission layers (`gateway.calls.access`,
 `gateway.calls.limits`, `gateway.calls.runnable`), which this installs in the registry's chain;
@@ -23,24 +24,30 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from gateway.calls.chain import Caller
 from gateway.catalog import Entry
+from gateway.codemode import CodeArgumentError, CodeMode, parse_names, parse_program
 from gateway.config.security import SecurityConfig
 from gateway.config.settings import Settings
 from gateway.errors import GatewayError, InvalidArguments, error_result
+from gateway.observability import tracing
 from gateway.observability.metrics import SearchStatus
 from gateway.records.callers import CallerIds, client_label
 from gateway.records.feedback import FEEDBACK_TOOL, feedback_tool_result
-from gateway.records.model import EXECUTION_ID_NOTE, FEEDBACK_TOKEN_META_KEY
+from gateway.records.model import EXECUTION_ID_NOTE, FEEDBACK_TOKEN_META_KEY, PARENT_NOTE
 from gateway.records.recorder import CLIENT_LABEL_NOTE, CLIENT_NOTE, SESSION_NOTE
 from gateway.registry import Registry
 from gateway.relay import Interactions, connection_of
 from gateway.router.base import SearchHit
 from gateway.router.query import cut_query
+from gateway.router.second_stage import Routing, SecondStage
 from gateway.router.service import RouterService
 from gateway.security.http_guard import current_principal, forwardable_token, principal_in
 from gateway.security.limits import cap_result
 from gateway.security.scopes import visible, visible_names
 from gateway.serving.exposure import (
     CALL_TOOL,
+    CODE_SEARCH_TOOL,
+    DESCRIBE_TOOLS,
+    EXECUTE,
     GATEWAY_TOOL_NAMES,
     NO_TOOL_FITS,
     SEARCH_TOOL,
@@ -56,6 +63,7 @@ from gateway.serving.exposure import (
 from gateway.serving.notifications import Notifications
 from gateway.serving.pagination import page
 from gateway.serving.passthrough import expose_result_uris, forwarded_meta, relayed_error
+from gateway.serving.sampling_judge import sampling_ask
 from gateway.serving.startup import StartupWait
 from gateway.serving.tasks import TaskProxy
 
@@ -97,11 +105,14 @@ class ToolHandlers:
         """Whether every request is its own connection (stateless HTTP): then nothing is kept per session."""
         self.callers = CallerIds()
         self.tasks = TaskProxy(registry, self.prepare_call, stateless)
+        self.second_stage = SecondStage(settings.second_stage, settings.routing.no_fit_threshold)
         registry.check_calls(security.limits)
         """Task-augmented calls (`gateway.serving.tasks`), checked as other calls are (`prepare_call`)."""
         self._session_tools: weakref.WeakKeyDictionary[Any, SessionTools] = weakref.WeakKeyDictionary()
         self.links: Connector | None = None
         """Per-user OAuth links (`gateway.serving.connect`), over HTTP only: set by the HTTP app."""
+        self.code = CodeMode(settings.codemode, lambda: registry.task_group)
+        """Code mode's sandbox pool (started on the first program) and write gate."""
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -120,7 +131,7 @@ class ToolHandlers:
         entry = self.registry.catalog.tools.get(name)
         if entry is not None:
             return entry.item.input_schema if visible(current_principal(), entry) else None
-        own = {tool.name: tool for tool in (SEARCH_TOOL, CALL_TOOL, FEEDBACK_TOOL)}.get(name)
+        own = {tool.name: tool for tool in (SEARCH_TOOL, CALL_TOOL, FEEDBACK_TOOL, DESCRIBE_TOOLS, EXECUTE)}.get(name)
         return own.input_schema if own is not None else None
 
     def visible_tools(self, ctx: ServerRequestContext[Any, Any]) -> list[types.Tool]:
@@ -130,6 +141,8 @@ class ToolHandlers:
         own = [FEEDBACK_TOOL] if self.records is not None and FEEDBACK_TOOL.name not in catalog else []
         if mode == "all":
             return [e.item for e in catalog.values()] + own
+        if mode == "code":
+            return [CODE_SEARCH_TOOL, DESCRIBE_TOOLS, EXECUTE, *own]
         names = list(dict.fromkeys(self.settings.routing.pinned))
         if mode == "dynamic":
             found = self._session_tools.get(connection_of(ctx))
@@ -209,22 +222,27 @@ class ToolHandlers:
     async def gateway_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
-        """`search_tools` and `call_tool`, the gateway's own tools in search and dynamic modes."""
+        """`search_tools` and `call_tool`, the gateway's own tools in search and dynamic modes, and
+        `describe_tools` and `execute` in code mode."""
         try:
+            if params.name in (DESCRIBE_TOOLS.name, EXECUTE.name):
+                return await self.code_tool(ctx, params)
             if params.name == CALL_TOOL.name:
                 name, arguments = parse_call_arguments(params.arguments)
                 return await self.call_tool(ctx, params.model_copy(update={"name": name, "arguments": arguments}))
             if params.name == FEEDBACK_TOOL.name:
                 return await feedback_tool_result(self.records, params.arguments, ctx.request)
             query, limit = parse_search_arguments(params.arguments, self.settings.routing.k)
-        except ArgumentError as exc:
+        except (ArgumentError, CodeArgumentError) as exc:
             return error_result(InvalidArguments(str(exc)))
         query = cut_query(query, self.settings.routing.max_query_chars)
         session_id, _ = self.callers.of(ctx, stateless=self.stateless())
         principal, usable = principal_in(ctx.request), self.tasks.usable(ctx)
-        hits = await self.search(query, limit, principal, session_id=session_id, usable=usable)
-        payload = [tool_payload(hit) for hit in hits]
-        if hits and not self.fits(hits):
+        routing = await self.route(query, limit, principal, ctx, session_id=session_id, usable=usable)
+        hits = routing.hits
+        code = self.mode(ctx) == "code"
+        payload = [tool_payload(hit, code=code) for hit in hits]
+        if hits and not routing.fits:
             text = f"{NO_TOOL_FITS} The closest tools, as hints only: {json.dumps(payload, ensure_ascii=False)}"
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=text)],
@@ -236,6 +254,64 @@ class ToolHandlers:
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=text)], structured_content={"tools": payload}
         )
+
+    async def code_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        """`describe_tools` and `execute`, for a client in code mode (`gateway.codemode`)."""
+        if self.mode(ctx) != "code":
+            raise ArgumentError(
+                f"{params.name} is a code-mode tool: connect in code mode (?mode=code on the HTTP URL, "
+                "or GATEWAY_ROUTING__MODE=code) to use it."
+            )
+        await self.startup.all_servers()  # at start-up, a program sees the servers still connecting too
+        offered = {name: entry.item for name, entry in self.offered(ctx).items()}
+        if params.name == DESCRIBE_TOOLS.name:
+            return self.code.describe(parse_names(params.arguments), offered)
+        program = parse_program(params.arguments)
+        run_id = self.code.new_run_id()
+        caller, token = self.caller(ctx), forwardable_token(ctx.request)
+        session_id, client_id = (
+            self.callers.of(ctx, stateless=self.stateless()) if self.records is not None else (None, None)
+        )
+
+        async def call(name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
+            """One inner call: the same chain as a client's call, made by the caller of `execute`."""
+            notes: dict[str, Any] = {PARENT_NOTE: run_id, SESSION_NOTE: session_id, CLIENT_NOTE: client_id}
+            await self.startup.owner_of(name)
+            # Its own span, a child of the execute request's: the call chain annotates the current span.
+            with tracing.child_span(f"tools/call {name}", {"mcp_gateway.codemode.run_id": run_id}):
+                result = await self.registry.call_tool(name, arguments, caller_token=token, notes=notes, caller=caller)
+            upstream = self.registry.server_of(name)
+            prefix = upstream.spec.prefix if upstream is not None else ""
+            capped: types.CallToolResult = cap_result(expose_result_uris(result, prefix), self.security.limits)
+            return capped
+
+        at, started = time.time(), time.perf_counter()
+        result, _ = await self.code.execute(program, offered, call)
+        if self.records is None:
+            return result
+        latency_ms = (time.perf_counter() - started) * 1000
+        self.records.record_run(run_id, at, program, result, latency_ms, session_id=session_id, client_id=client_id)
+        with_token: types.CallToolResult = _with_feedback_token(result, {EXECUTION_ID_NOTE: run_id})
+        return with_token
+
+    async def route(
+        self,
+        query: str,
+        limit: int,
+        principal: Principal | None = None,
+        ctx: ServerRequestContext[Any, Any] | None = None,
+        *,
+        session_id: str | None = None,
+        usable: Callable[[types.Tool], bool] | None = None,
+    ) -> Routing:
+        """`search`, then the second stage (`GATEWAY_SECOND_STAGE__*`, judged by the client's own model
+        through sampling when `ctx`'s client offers it): the tools and whether any fits."""
+        hits = await self.search(
+            query, self.second_stage.wanted(limit), principal, session_id=session_id, usable=usable
+        )
+        return await self.second_stage.refine(query, hits, limit, sampling_ask(ctx))
 
     def fits(self, hits: list[SearchHit]) -> bool:
         """False when the best result scores under `routing.no_fit_threshold`: no tool fits the request."""

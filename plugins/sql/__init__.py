@@ -186,7 +186,8 @@ def create_server(
             int | None, Field(description="Most rows to return; the config sets the default and the maximum.")
         ] = None,
     ) -> Annotated[CallToolResult, ExecuteResult]:
-        """Run SQL on the database safely, to answer questions from its data or to change it. Queries:
+        """Run SQL on the database safely, to answer questions from its data (how many, totals, averages, per
+        group, top N, lookups) or to change it. Queries:
         dry_run=true gives the plan, dry_run=false the rows as a table. Writes and DDL: dry_run=true runs
         them in a rolled-back transaction to count the rows they would change and returns a single-use
         confirmation_token; dry_run=false with that token runs them in one transaction."""
