@@ -2,7 +2,8 @@
 
 `scripts/test` installs nginx (apt_install). `start_balancer(ports, home)` writes a config that
 sends each request to the next replica (round robin, no affinity, keep-alive off so every request
-is balanced on its own), starts nginx in the foreground as a child process and waits until it
+is balanced on its own; `resend=True` resends a request that a replica refused or dropped to the next
+one, as docs/deployment.md's config does), starts nginx in the foreground as a child process and waits until it
 answers; `stop_balancer` stops it. Use from a test module with `pytest_plugins = ["tests.load_balancer"]`
 or by importing the functions.
 """
@@ -52,9 +53,13 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def start_balancer(ports: list[int], home: Path) -> Balancer:
-    """nginx on a free port of 127.0.0.1, round robin over `ports` (HTTP/1.1, responses streamed)."""
+def start_balancer(ports: list[int], home: Path, *, resend: bool = False) -> Balancer:
+    """nginx on a free port of 127.0.0.1, round robin over `ports` (HTTP/1.1, responses streamed).
+
+    `resend`: `proxy_next_upstream error timeout http_503 non_idempotent` (a refused connection, a
+    dropped one or a draining replica's 503 goes to the next replica, POSTs too); else `off`."""
     home.mkdir(parents=True, exist_ok=True)
+    next_upstream = "error timeout http_503 non_idempotent" if resend else "off"
     port = _free_port()
     servers = "\n".join(f"        server 127.0.0.1:{p} max_fails=0;" for p in ports)
     (home / "nginx.conf").write_text(
@@ -84,7 +89,7 @@ def start_balancer(ports: list[int], home: Path) -> Balancer:
                         proxy_set_header Connection "";
                         proxy_buffering off;
                         proxy_read_timeout 120s;
-                        proxy_next_upstream off;
+                        proxy_next_upstream {next_upstream};
                     }}
                 }}
             }}
