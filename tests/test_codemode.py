@@ -465,6 +465,24 @@ async def test_serve_mode_code_over_stdio_lists_the_code_tools_and_runs_a_progra
             assert await value_of(client, "print('hi')\n6 * 7") == 42
 
 
+async def test_serve_mode_code_over_stdio_asks_the_client_once_before_a_program_writes(tmp_path: Path) -> None:
+    from tests.conftest import REPO, gateway_env, write_config
+
+    config = write_config(tmp_path / "gateway.yaml", "mcps: {}\n")
+    parameters = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "gateway", "--config", str(config), "serve", "--transport", "stdio", "--mode", "code"],
+        env=gateway_env(tmp_path, plugins_dir=REPO / "plugins") | {"GATEWAY_EMBEDDING__ENABLED": "false"},
+        cwd=str(REPO),
+    )
+    asked, on_elicit = answering(types.ElicitResult(action="accept", content={"allow": True}))
+    with anyio.fail_after(TIMEOUT):
+        async with Client(parameters, mode="legacy", elicitation_callback=on_elicit) as client:  # type: ignore[arg-type]
+            assert await value_of(client, WRITE_TWICE) == ["first", "second"]
+            assert asked == [ASKED]
+            assert sorted(await note_titles(client)) == ["first", "second"]
+
+
 def test_a_signature_is_typed_from_the_schema_and_a_name_python_cannot_spell_is_called_by_name() -> None:
     from gateway.codemode import signature
 
