@@ -196,6 +196,109 @@ async def test_a_write_tool_is_refused_in_a_program_saying_how_to_allow_it(tmp_p
         assert listed["notes"] == []  # nothing was written
 
 
+WRITE_TWICE = """
+answers = []
+for title in ["first", "second"]:
+    try:
+        answers.append((await tools.notes__add_note(title=title, text="about " + title))["name"])
+    except PermissionError as error:
+        answers.append(str(error))
+answers
+"""
+ASKED = "The program wants to call write tools: notes__add_note (and any others in this run). Allow?"
+
+
+def answering(answer: types.ElicitResult) -> tuple[list[str], Any]:
+    """An elicitation callback giving `answer`, and the messages it was asked."""
+    asked: list[str] = []
+
+    async def on_elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return answer
+
+    return asked, on_elicit
+
+
+async def note_titles(client: Client) -> list[str]:
+    return [note["title"] for note in (await value_of(client, "await tools.notes__list_notes()"))["notes"]]
+
+
+async def test_a_client_that_allows_writes_is_asked_once_per_run_and_the_program_writes(tmp_path: Path) -> None:
+    asked, on_elicit = answering(types.ElicitResult(action="accept", content={"allow": True}))
+    async with (
+        code_gateway(tmp_path) as gw,
+        Client(gw.server, mode="legacy", elicitation_callback=on_elicit) as client,
+    ):
+        assert await value_of(client, WRITE_TWICE) == ["first", "second"]
+        assert asked == [ASKED]  # once for the run's two write calls
+        assert sorted(await note_titles(client)) == ["first", "second"]
+        assert await value_of(client, WRITE_TWICE) == ["first-2", "second-2"]
+        assert asked == [ASKED, ASKED]  # a new run asks again
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        types.ElicitResult(action="decline"),
+        types.ElicitResult(action="cancel"),
+        types.ElicitResult(action="accept", content={"allow": False}),
+    ],
+    ids=["decline", "cancel", "accept-no"],
+)
+async def test_a_client_that_does_not_allow_writes_leaves_the_program_a_permission_error_and_nothing_written(
+    tmp_path: Path, answer: types.ElicitResult
+) -> None:
+    asked, on_elicit = answering(answer)
+    async with (
+        code_gateway(tmp_path) as gw,
+        Client(gw.server, mode="legacy", elicitation_callback=on_elicit) as client,
+    ):
+        first, second = await value_of(client, WRITE_TWICE)
+        assert asked == [ASKED]
+        for refusal in (first, second):
+            assert refusal.startswith("notes__add_note refused (write_not_allowed)")
+            assert "GATEWAY_CODEMODE__ALLOW_WRITES" in refusal
+            assert "The client was asked once for this run and did not allow write tools." in refusal
+        assert await note_titles(client) == []
+
+
+async def test_a_client_that_does_not_answer_in_time_is_a_no(tmp_path: Path) -> None:
+    asked: list[str] = []
+
+    async def never_answers(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async with (
+        code_gateway(tmp_path, confirm_seconds=0.5) as gw,
+        Client(gw.server, mode="legacy", elicitation_callback=never_answers) as client,
+    ):
+        first, second = await value_of(client, WRITE_TWICE)
+        assert asked == [ASKED]
+        assert "did not allow write tools" in first and "did not allow write tools" in second
+        assert await note_titles(client) == []
+
+
+async def test_a_client_that_cannot_be_asked_gets_the_refusal_saying_how_to_allow_writes(tmp_path: Path) -> None:
+    asked, on_elicit = answering(types.ElicitResult(action="accept", content={"allow": True}))
+    async with code_gateway(tmp_path) as gw:
+        async with Client(gw.server, mode="legacy") as client:  # no elicitation declared
+            first, _ = await value_of(client, WRITE_TWICE)
+            assert "Or use a client that supports elicitation" in first
+        async with Client(gw.server, elicitation_callback=on_elicit) as modern:  # 2026-07-28: no request mid-call
+            first, _ = await value_of(modern, WRITE_TWICE)
+            assert "Or use a client that supports elicitation" in first
+            assert await note_titles(modern) == []
+    async with (
+        code_gateway(tmp_path / "off", confirm_writes=False) as gw,
+        Client(gw.server, mode="legacy", elicitation_callback=on_elicit) as client,
+    ):
+        first, _ = await value_of(client, WRITE_TWICE)
+        assert "GATEWAY_CODEMODE__ALLOW_WRITES" in first and "elicitation" not in first
+    assert asked == []
+
+
 async def test_records_link_the_inner_calls_to_the_program_run(tmp_path: Path) -> None:
     async with code_gateway(tmp_path) as gw, Client(gw.server) as client:
         program = 'a = await tools.mem__echo(text="one")\nb = await tools.clock__now(timezone="UTC")\n[a, b]'
@@ -360,6 +463,24 @@ async def test_serve_mode_code_over_stdio_lists_the_code_tools_and_runs_a_progra
             names = [t.name for t in (await client.list_tools()).tools]
             assert names[:3] == ["search_tools", "describe_tools", "execute"]
             assert await value_of(client, "print('hi')\n6 * 7") == 42
+
+
+async def test_serve_mode_code_over_stdio_asks_the_client_once_before_a_program_writes(tmp_path: Path) -> None:
+    from tests.conftest import REPO, gateway_env, write_config
+
+    config = write_config(tmp_path / "gateway.yaml", "mcps: {}\n")
+    parameters = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "gateway", "--config", str(config), "serve", "--transport", "stdio", "--mode", "code"],
+        env=gateway_env(tmp_path, plugins_dir=REPO / "plugins") | {"GATEWAY_EMBEDDING__ENABLED": "false"},
+        cwd=str(REPO),
+    )
+    asked, on_elicit = answering(types.ElicitResult(action="accept", content={"allow": True}))
+    with anyio.fail_after(TIMEOUT):
+        async with Client(parameters, mode="legacy", elicitation_callback=on_elicit) as client:  # type: ignore[arg-type]
+            assert await value_of(client, WRITE_TWICE) == ["first", "second"]
+            assert asked == [ASKED]
+            assert sorted(await note_titles(client)) == ["first", "second"]
 
 
 def test_a_signature_is_typed_from_the_schema_and_a_name_python_cannot_spell_is_called_by_name() -> None:

@@ -2,7 +2,7 @@
 
 - `sandbox`: the pool of monty worker processes and a run's limits, each named when hit;
 - `program_api`: the tool API a program sees (`tools.<name>(...)`, `call_tool(name, args)`);
-- `write_gate`: only read-only tools inside a program, unless the operator allows more;
+- `write_gate`: only read-only tools inside a program, unless the operator or, once per run, the client allows more;
 - `signatures`: typed signatures from tools' schemas (`describe_tools`);
 - `report`: what the model gets back;
 - `service`: `CodeMode`, what the serving layer calls.
@@ -15,16 +15,18 @@ from gateway.codemode.report import PROGRAM_ERROR, PROGRAM_LIMIT, program_result
 from gateway.codemode.sandbox import ProgramError, RunOutcome, SandboxPool
 from gateway.codemode.service import CodeArgumentError, CodeMode, parse_names, parse_program
 from gateway.codemode.signatures import signature
-from gateway.codemode.write_gate import WriteGate, read_only
+from gateway.codemode.write_gate import ConfirmWrites, RunWrites, WriteGate, read_only
 
 __all__ = [
     "PROGRAM_ERROR",
     "PROGRAM_LIMIT",
     "CodeArgumentError",
     "CodeMode",
+    "ConfirmWrites",
     "ProgramError",
     "ProgramTools",
     "RunOutcome",
+    "RunWrites",
     "SandboxPool",
     "WriteGate",
     "parse_names",

@@ -5,7 +5,7 @@ gateway runs it here, through `CallTool` (the registry's ordinary call chain, wi
 the `execute` call). Only the tools that caller may see are in `tools`; any other name, through
 `call_tool`, gets the very refusal an unknown name gets. A result comes back as a Python value:
 the structured content when the tool gives one, else its text. A failed call raises an
-exception the program can catch: `PermissionError` from the write gate, `RuntimeError` for
+exception the program can catch: `PermissionError` from the write gate (`RunWrites`), `RuntimeError` for
 everything else, its message naming the tool, the error code and the reason. The calls are
 counted: past `max_calls` every call raises, and the run ends as failed on that limit even if the
 program catches it.
@@ -20,7 +20,7 @@ from typing import Any
 import mcp_types as types
 from pydantic_monty import ExternalModule
 
-from gateway.codemode.write_gate import WriteGate
+from gateway.codemode.write_gate import RunWrites
 from gateway.errors import GatewayError
 
 __all__ = ["CallTool", "InnerCall", "ProgramTools", "result_value"]
@@ -66,10 +66,10 @@ def _error_text(result: types.CallToolResult) -> str:
 class ProgramTools:
     """The tools of one program run: what it may call, the calls it made, a limit it hit."""
 
-    def __init__(self, offered: Mapping[str, types.Tool], call: CallTool, gate: WriteGate, max_calls: int) -> None:
+    def __init__(self, offered: Mapping[str, types.Tool], call: CallTool, writes: RunWrites, max_calls: int) -> None:
         self.offered = dict(offered)
         self.call = call
-        self.gate = gate
+        self.writes = writes
         self.max_calls = max_calls
         self.calls: list[InnerCall] = []
         self.limit_hit: str | None = None
@@ -108,7 +108,7 @@ class ProgramTools:
         self.calls.append(record)
         tool = self.offered.get(name)
         if tool is not None:
-            refusal = self.gate.refusal(name, tool)
+            refusal = await self.writes.refusal(name, tool)
             if refusal is not None:
                 record.error = f"{name} refused (write_not_allowed): {refusal}"
                 raise PermissionError(record.error)

@@ -20,7 +20,7 @@ from gateway.codemode.program_api import CallTool, ProgramTools
 from gateway.codemode.report import program_result
 from gateway.codemode.sandbox import RunOutcome, SandboxPool
 from gateway.codemode.signatures import signature
-from gateway.codemode.write_gate import WriteGate, read_only
+from gateway.codemode.write_gate import ConfirmWrites, RunWrites, WriteGate, read_only
 from gateway.config.settings import CodeModeSettings
 
 __all__ = ["MAX_DESCRIBE", "MAX_PROGRAM_BYTES", "CodeArgumentError", "CodeMode", "parse_names", "parse_program"]
@@ -85,10 +85,19 @@ class CodeMode:
         )
 
     async def execute(
-        self, code: str, offered: Mapping[str, types.Tool], call: CallTool, *, run_id: str | None = None
+        self,
+        code: str,
+        offered: Mapping[str, types.Tool],
+        call: CallTool,
+        *,
+        confirm: ConfirmWrites | None = None,
     ) -> tuple[types.CallToolResult, RunOutcome]:
-        """Run `code` with `offered` as its tools, `call` running each inner call; the model's result and the run."""
-        tools = ProgramTools(offered, call, self.gate, self.settings.max_tool_calls)
+        """Run `code` with `offered` as its tools, `call` running each inner call, `confirm` asking the
+        client once whether the run may call write tools (None: it cannot be asked); the model's
+        result and the run."""
+        confirm_writes = self.settings.confirm_writes
+        writes = RunWrites(self.gate, confirm if confirm_writes else None, confirm_writes=confirm_writes)
+        tools = ProgramTools(offered, call, writes, self.settings.max_tool_calls)
         outcome = await self.sandbox.run(code, tools)
         return program_result(outcome, self.settings.max_output_bytes), outcome
 

@@ -397,6 +397,19 @@ class CodeModeSettings(BaseModel):
             "may call although they are not annotated readOnlyHint: true. Empty: programs only read."
         ),
     )
+    confirm_writes: bool = Field(
+        default=True,
+        description=(
+            "Ask a client that supports elicitation, once per run, whether the program may call the write tools "
+            "allow_writes does not name; yes lets that run call them all. Off: only allow_writes counts."
+        ),
+    )
+    confirm_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        le=3600,
+        description="Seconds the client has to answer that question; no answer in time is a no.",
+    )
     workers: int = Field(default=2, ge=1, le=64, description="Most sandbox worker processes running programs at once.")
     warm_workers: int = Field(default=1, ge=0, le=64, description="Worker processes kept started while idle.")
 

@@ -66,6 +66,7 @@ from gateway.serving.passthrough import expose_result_uris, forwarded_meta, rela
 from gateway.serving.sampling_judge import sampling_ask
 from gateway.serving.startup import StartupWait
 from gateway.serving.tasks import TaskProxy
+from gateway.serving.write_confirm import write_confirmation
 
 if TYPE_CHECKING:
     from gateway.records.service import Records
@@ -288,7 +289,8 @@ class ToolHandlers:
             return capped
 
         at, started = time.time(), time.perf_counter()
-        result, _ = await self.code.execute(program, offered, call)
+        confirm = write_confirmation(ctx, self.settings.codemode.confirm_seconds)
+        result, _ = await self.code.execute(program, offered, call, confirm=confirm)
         if self.records is None:
             return result
         latency_ms = (time.perf_counter() - started) * 1000
