@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Balancer", "start_balancer", "stop_balancer"]
+__all__ = ["Balancer", "nginx_binary", "start_balancer", "stop_balancer"]
 
 START_TIMEOUT = 20.0
 
@@ -40,7 +40,8 @@ class Balancer:
         return path.read_text(errors="replace") if path.exists() else ""
 
 
-def _nginx() -> str:
+def nginx_binary() -> str:
+    """The path of Debian's nginx; a clear error when it is not installed."""
     found = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
     if found is None:
         raise RuntimeError("these tests need Debian's nginx (scripts/test installs it: apt-get install nginx)")
@@ -53,13 +54,23 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def start_balancer(ports: list[int], home: Path, *, resend: bool = False) -> Balancer:
+def start_balancer(
+    ports: list[int], home: Path, *, resend: bool = False, host_header: str = "$http_host", forwarded: bool = False
+) -> Balancer:
     """nginx on a free port of 127.0.0.1, round robin over `ports` (HTTP/1.1, responses streamed).
 
     `resend`: `proxy_next_upstream error timeout http_503 non_idempotent` (a refused connection, a
-    dropped one or a draining replica's 503 goes to the next replica, POSTs too); else `off`."""
+    dropped one or a draining replica's 503 goes to the next replica, POSTs too); else `off`.
+    `host_header`: what nginx sends as Host (`$http_host`: the client's; `$proxy_host`: the upstream's
+    loopback address). `forwarded`: the `X-Forwarded-For`/`-Proto` headers a production recipe sets."""
     home.mkdir(parents=True, exist_ok=True)
     next_upstream = "error timeout http_503 non_idempotent" if resend else "off"
+    forwarding = (
+        "proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n"
+        "                        proxy_set_header X-Forwarded-Proto $scheme;"
+        if forwarded
+        else ""
+    )
     port = _free_port()
     servers = "\n".join(f"        server 127.0.0.1:{p} max_fails=0;" for p in ports)
     (home / "nginx.conf").write_text(
@@ -85,8 +96,9 @@ def start_balancer(ports: list[int], home: Path, *, resend: bool = False) -> Bal
                     location / {{
                         proxy_pass http://replicas;
                         proxy_http_version 1.1;
-                        proxy_set_header Host $http_host;
+                        proxy_set_header Host {host_header};
                         proxy_set_header Connection "";
+                        {forwarding}
                         proxy_buffering off;
                         proxy_read_timeout 120s;
                         proxy_next_upstream {next_upstream};
@@ -97,7 +109,7 @@ def start_balancer(ports: list[int], home: Path, *, resend: bool = False) -> Bal
         )
     )
     process = subprocess.Popen(
-        [_nginx(), "-p", str(home), "-c", str(home / "nginx.conf"), "-e", str(home / "error.log")],
+        [nginx_binary(), "-p", str(home), "-c", str(home / "nginx.conf"), "-e", str(home / "error.log")],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,

@@ -25,7 +25,7 @@ import yaml
 
 from gateway.security.auth import hash_key, new_key
 from tests.conftest import NO_EMBEDDINGS, REPO, _read_line_with_prefix, free_port
-from tests.reverse_proxy import NGINX
+from tests.load_balancer import nginx_binary
 
 DOCKERFILE = REPO / "Dockerfile"
 DEPLOY = REPO / "deploy"
@@ -297,7 +297,8 @@ def test_the_compose_load_balancers_nginx_config_is_accepted_by_nginx(tmp_path: 
     here) put as 127.0.0.1 addresses and the files nginx writes under a temporary prefix."""
     config = re.sub(r"server gateway-\d+:8765", "server 127.0.0.1:9", (DEPLOY / "nginx" / "nginx.conf").read_text())
     (tmp_path / "nginx.conf").write_text(config)
-    command = [NGINX, "-t", "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf"), "-e", str(tmp_path / "error.log")]
+    nginx = nginx_binary()
+    command = [nginx, "-t", "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf"), "-e", str(tmp_path / "error.log")]
     done = subprocess.run([*command, "-g", f"pid {tmp_path}/nginx.pid;"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "syntax is ok" in done.stderr
