@@ -24,10 +24,63 @@ from typing import Literal, Protocol
 
 import mcp_types as types
 
-__all__ = ["STORE_NAME", "FingerprintStore", "IntegrityStore", "Observation", "StoredTool", "canonical", "fingerprint"]
+__all__ = [
+    "STORE_NAME",
+    "FingerprintChanges",
+    "FingerprintStore",
+    "IntegrityStore",
+    "Observation",
+    "StoredTool",
+    "canonical",
+    "compare_fingerprints",
+    "fingerprint",
+]
 
 STORE_NAME = "tool-integrity.sqlite3"
 Observation = Literal["new", "same", "changed"]
+
+
+@dataclass(frozen=True)
+class FingerprintChanges:
+    """What observing fingerprints changes in a store, whichever backend holds it."""
+
+    result: dict[tuple[str, str], tuple[Observation, bool]]
+    inserts: list[tuple[str, str, str, str, float]]  # server, tool, exposed, approved, first_seen
+    updates: list[tuple[str, str | None, float, str, str]]  # exposed, pending, changed_at, server, tool
+
+    def definitions(self, definition: Callable[[str, str], str]) -> list[tuple[str, str]]:
+        """(fingerprint, canonical JSON) of each fingerprint written: new tools' and new pending ones."""
+        written = [(row[3], definition(row[0], row[1])) for row in self.inserts]
+        written += [(row[1], definition(row[3], row[4])) for row in self.updates if row[1] is not None]
+        return written
+
+
+def compare_fingerprints(
+    seen: list[tuple[str, str, str, str]],
+    stored: dict[tuple[str, str], tuple[str, str, str | None, str | None]],
+    now: float,
+) -> FingerprintChanges:
+    """Compare (server, tool, exposed name, fingerprint) rows with the stored (exposed, approved,
+    pending, trusted) rows: a tool's first fingerprint is approved, a different one later pending;
+    only new and changed rows are written. The one rule both the data dir's SQLite and the shared
+    PostgreSQL store apply."""
+    result: dict[tuple[str, str], tuple[Observation, bool]] = {}
+    inserts: list[tuple[str, str, str, str, float]] = []
+    updates: list[tuple[str, str | None, float, str, str]] = []
+    for server, tool, exposed, seen_fingerprint in seen:
+        row = stored.get((server, tool))
+        if row is None:
+            inserts.append((server, tool, exposed, seen_fingerprint, now))
+            result[(server, tool)] = ("new", False)
+            continue
+        old_exposed, approved, pending, trusted = row
+        state: Observation = "same" if approved == seen_fingerprint else "changed"
+        new_pending = None if state == "same" else seen_fingerprint
+        if (old_exposed, pending) != (exposed, new_pending):
+            updates.append((exposed, new_pending, now, server, tool))
+        result[(server, tool)] = (state, trusted == seen_fingerprint)
+    return FingerprintChanges(result, inserts, updates)
+
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tools (
@@ -124,37 +177,23 @@ class IntegrityStore:
         this fingerprint (`tools approve`). Only new and changed rows are written, with
         their definition (`definition(server, tool)`: the canonical JSON) when given.
         """
-        now = time.time()
-        result: dict[tuple[str, str], tuple[Observation, bool]] = {}
         with self._connect() as db:
             stored = {
                 (row[0], row[1]): row[2:]
                 for row in db.execute("SELECT server, tool, exposed, approved, pending, trusted FROM tools")
             }
-            inserts, updates = [], []
-            for server, tool, exposed, fingerprint_ in seen:
-                row = stored.get((server, tool))
-                if row is None:
-                    inserts.append((server, tool, exposed, fingerprint_, now))
-                    result[(server, tool)] = ("new", False)
-                    continue
-                old_exposed, approved, pending, trusted = row
-                state: Observation = "same" if approved == fingerprint_ else "changed"
-                new_pending = None if state == "same" else fingerprint_
-                if (old_exposed, pending) != (exposed, new_pending):
-                    updates.append((exposed, new_pending, now, server, tool))
-                result[(server, tool)] = (state, trusted == fingerprint_)
+            changes = compare_fingerprints(seen, stored, time.time())
             db.executemany(
-                "INSERT INTO tools (server, tool, exposed, approved, first_seen) VALUES (?, ?, ?, ?, ?)", inserts
+                "INSERT INTO tools (server, tool, exposed, approved, first_seen) VALUES (?, ?, ?, ?, ?)",
+                changes.inserts,
             )
             db.executemany(
-                "UPDATE tools SET exposed = ?, pending = ?, changed_at = ? WHERE server = ? AND tool = ?", updates
+                "UPDATE tools SET exposed = ?, pending = ?, changed_at = ? WHERE server = ? AND tool = ?",
+                changes.updates,
             )
             if definition is not None:
-                written = [(row[3], definition(row[0], row[1])) for row in inserts]
-                written += [(row[1], definition(row[3], row[4])) for row in updates if row[1] is not None]
-                db.executemany("INSERT OR IGNORE INTO definitions VALUES (?, ?)", written)
-        return result
+                db.executemany("INSERT OR IGNORE INTO definitions VALUES (?, ?)", changes.definitions(definition))
+        return changes.result
 
     def definition(self, fingerprint_: str) -> str | None:
         """The canonical JSON a fingerprint was made from, if it was seen since definitions are kept."""

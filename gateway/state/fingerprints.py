@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from gateway.security.integrity import Observation, StoredTool
+from gateway.security.integrity import Observation, StoredTool, compare_fingerprints
 from gateway.state.database import SharedDatabase, SharedStateError
 
 __all__ = ["SharedIntegrityStore"]
@@ -63,48 +63,36 @@ class SharedIntegrityStore:
     def _observe_all(
         self, seen: list[tuple[str, str, str, str]], definition: Callable[[str, str], str] | None
     ) -> dict[tuple[str, str], tuple[Observation, bool]]:
-        now = time.time()
-        result: dict[tuple[str, str], tuple[Observation, bool]] = {}
         servers = sorted({server for server, *_ in seen})
         with self.database.transaction() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", (_OBSERVE_LOCK,))
             cursor.execute(f"SELECT {_COLUMNS} FROM tool_fingerprints WHERE server = ANY(%s)", (servers,))
             stored = {(row[0], row[1]): row[2:] for row in cursor.fetchall()}
-            inserts, updates = [], []
-            for server, tool, exposed, fingerprint in seen:
-                row = stored.get((server, tool))
-                if row is None:
-                    inserts.append((server, tool, exposed, fingerprint, now))
-                    result[(server, tool)] = ("new", False)
-                    self._known[(server, tool)] = (fingerprint, None)
-                    continue
-                old_exposed, approved, pending, trusted = row
-                state: Observation = "same" if approved == fingerprint else "changed"
-                new_pending = None if state == "same" else fingerprint
-                if (old_exposed, pending) != (exposed, new_pending):
-                    updates.append((exposed, new_pending, now, server, tool))
-                result[(server, tool)] = (state, trusted == fingerprint)
-                self._known[(server, tool)] = (approved, trusted)
-            if inserts:
+            changes = compare_fingerprints(seen, stored, time.time())
+            for server, tool, _, approved_now, _ in changes.inserts:
+                self._known[(server, tool)] = (approved_now, None)
+            for key in changes.result:
+                if key in stored:
+                    self._known[key] = (stored[key][1], stored[key][3])
+            if changes.inserts:
                 cursor.executemany(
                     "INSERT INTO tool_fingerprints (server, tool, exposed, approved, first_seen) "
                     "VALUES (%s, %s, %s, %s, %s)",
-                    inserts,
+                    changes.inserts,
                 )
-            if updates:
+            if changes.updates:
                 cursor.executemany(
                     "UPDATE tool_fingerprints SET exposed = %s, pending = %s, changed_at = %s "
                     "WHERE server = %s AND tool = %s",
-                    updates,
+                    changes.updates,
                 )
             if definition is not None:
-                written = [(row[3], definition(row[0], row[1])) for row in inserts]
-                written += [(row[1], definition(row[3], row[4])) for row in updates if row[1] is not None]
+                written = changes.definitions(definition)
                 if written:
                     cursor.executemany(
                         "INSERT INTO tool_definitions VALUES (%s, %s) ON CONFLICT (fingerprint) DO NOTHING", written
                     )
-        return result
+        return changes.result
 
     def definition(self, fingerprint_: str) -> str | None:
         rows = self.database.rows("SELECT definition FROM tool_definitions WHERE fingerprint = %s", (fingerprint_,))
