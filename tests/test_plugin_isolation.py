@@ -17,6 +17,7 @@ import httpx
 
 from gateway.observability.loop_watchdog import LoopWatchdog, Stall
 from tests.conftest import gateway_over_stdio, start_gateway_http, stop_process, write_config
+from tests.test_plugin_failures import GOOD
 
 HAZARD = """
     import time
@@ -34,22 +35,6 @@ HAZARD = """
             return "woke up"
 
         register("hazard", server)
-"""
-
-GOOD = """
-    from mcp.server import MCPServer
-    from gateway.hookspecs import hookimpl
-
-    @hookimpl
-    def gateway_register_servers(register):
-        server = MCPServer("good")
-
-        @server.tool()
-        def hello(who: str) -> str:
-            \"\"\"Say hello.\"\"\"
-            return f"hello {who}"
-
-        register("good", server)
 """
 
 
