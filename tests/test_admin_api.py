@@ -269,7 +269,9 @@ def test_the_playground_ranks_tools_with_each_part_of_the_score(gateway: Deploym
     found = get(gateway, "/search", q="add two numbers", k=3).json()
     top = found["tools"][0]
     assert top["name"].endswith("__add") and top["score"] > 0
-    assert top["parts"]["lexical"] > 0 and top["parts"]["dense"] is None and top["parts"]["learned"] == 0.0
+    assert top["parts"]["lexical"] > 0 and top["parts"]["dense"] is None
+    # Another test of this module may rate `alpha__add` first (tests run in any order): learnt >= 0.
+    assert isinstance(top["parts"]["learned"], float) and top["parts"]["learned"] >= 0.0
     assert get(gateway, "/search").status_code == 400
 
 
