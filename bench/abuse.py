@@ -3,9 +3,12 @@
 `python -m bench.abuse` starts `mcp-gateway serve --transport http` (the demo server in memory,
 the sql plugin on its demo database, records on), keeps one real SDK client calling `mem__echo`
 every 0.2 s, and runs one abuse at a time (issue 33): 1 MB `POST /route` requests, a 200 MB
-SQL value, 600 slow connections, results holding a lone surrogate. Per phase it prints the good
-client's worst and median latency (the stall), the gateway's peak RSS growth, and whether the
-abuse was answered as documented; the idle phase first is the same-run baseline.
+SQL value, 200 MB tool results from a real HTTP server and a real stdio server
+(`tests/servers/big_server.py`), 600 slow connections, results holding a lone surrogate. Per
+phase it prints the good client's worst and median latency (the stall), the gateway's peak RSS
+growth, and whether the abuse was answered as documented; the idle phase first is the same-run
+baseline. At the end, the gateway's resident memory before the abuse and after it, settled
+(`SETTLE_SECONDS` idle).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -25,15 +29,26 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from tests.conftest import NO_EMBEDDINGS, REPO, start_gateway_http, stop_process, write_config
+from tests.conftest import NO_EMBEDDINGS, REPO, start_gateway_http, start_script_http, stop_process, write_config
 from tests.test_records import Poisoning
 
 HUGE_QUERY = "please add two integers for me " * 34_000  # 1.05 MB
+BIG_SERVER = REPO / "tests" / "servers" / "big_server.py"
+RESULT_BYTES = 200_000_000
+SETTLE_SECONDS = 5.0
+
+
+def _status_mb(pid: int, field: str) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith(field)).split()[1]) / 1024
 
 
 def peak_rss_mb(pid: int) -> float:
-    status = Path(f"/proc/{pid}/status").read_text()
-    return int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1]) / 1024
+    return _status_mb(pid, "VmHWM:")
+
+
+def rss_mb(pid: int) -> float:
+    return _status_mb(pid, "VmRSS:")
 
 
 async def route_1mb(url: str, rounds: int) -> str:
@@ -49,6 +64,23 @@ async def sql_200mb(url: str, rounds: int) -> str:
             result = await client.call_tool("sql__execute_sql", {"sql": "SELECT zeroblob(200000000)", "dry_run": False})
         block = result.content[0]
         return "refused: " + (block.text[-60:] if block.type == "text" else block.type)
+
+
+async def big_result(url: str, rounds: int, server: str) -> str:
+    async with Client(url) as client:
+        for _ in range(rounds):
+            result = await client.call_tool(f"{server}__big", {"size": RESULT_BYTES})
+        block = result.content[0]
+        code = (result.meta or {}).get("mcp-gateway/error", {}).get("code")
+        return f"{code}: " + (block.text[-70:] if block.type == "text" else block.type)
+
+
+async def big_http(url: str, rounds: int) -> str:
+    return await big_result(url, rounds, "bighttp")
+
+
+async def big_stdio(url: str, rounds: int) -> str:
+    return await big_result(url, rounds, "bigstdio")
 
 
 async def slow_connections(url: str, rounds: int) -> str:
@@ -89,6 +121,8 @@ async def poison(url: str, rounds: int) -> str:
 PHASES: dict[str, Callable[[str, int], Awaitable[str]]] = {
     "1 MB POST /route (x3)": route_1mb,
     "SELECT zeroblob(200000000) (x3)": sql_200mb,
+    "200 MB tool result, HTTP server (x3)": big_http,
+    "200 MB tool result, stdio server (x3)": big_stdio,
     "600 slow connections": slow_connections,
     "lone surrogates (x30)": poison,
 }
@@ -97,7 +131,13 @@ PHASES: dict[str, Callable[[str, int], Awaitable[str]]] = {
 async def main(header_timeout: float) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        config = write_config(root / "gw.yaml", "plugins:\n  sql:\n    database: shop.sqlite\n    demo: true\n")
+        big, big_url = start_script_http([str(BIG_SERVER), "--port", "0"])
+        config = write_config(
+            root / "gw.yaml",
+            "plugins:\n  sql:\n    database: shop.sqlite\n    demo: true\n"
+            f"mcps:\n  bighttp:\n    url: {big_url}\n"
+            f"  bigstdio:\n    command: {sys.executable}\n    args: ['{BIG_SERVER}']\n",
+        )
         env = NO_EMBEDDINGS | {
             "GATEWAY_EMBEDDING__ENABLED": "true",
             "GATEWAY_PLUGINS__DIRECTORY": str(REPO / "plugins"),
@@ -124,7 +164,8 @@ async def main(header_timeout: float) -> None:
                     async with httpx2.AsyncClient(timeout=60) as http:  # warm up: the router's model loaded
                         for _ in range(3):
                             await http.post(url.removesuffix("/mcp") + "/route", json={"query": "add two integers"})
-                    await anyio.sleep(5)
+                    await anyio.sleep(SETTLE_SECONDS)
+                    settled_before = rss_mb(process.pid)
                     for name, phase in [("idle (baseline)", None), *PHASES.items()]:
                         latencies.clear()
                         before = peak_rss_mb(process.pid)
@@ -134,14 +175,21 @@ async def main(header_timeout: float) -> None:
                         await anyio.sleep(0.5)
                         grown = peak_rss_mb(process.pid) - before
                         rows.append((name, max(latencies), statistics.median(latencies), grown, outcome))
+                    await anyio.sleep(SETTLE_SECONDS)
+                    settled_after = rss_mb(process.pid)
                     stop.set()
         finally:
             stop_process(process)
+            stop_process(big)
     baseline = rows[0][1]
     print("| abuse | good client's worst call (ms) | ratio to idle | median (ms) | peak RSS growth (MB) | answered |")
     print("| --- | --- | --- | --- | --- | --- |")
     for name, worst, median, grown, outcome in rows:
         print(f"| {name} | {worst:.0f} | {worst / baseline:.1f}x | {median:.0f} | {grown:.0f} | {outcome} |")
+    print(
+        f"\nresident memory, settled ({SETTLE_SECONDS:g} s idle): {settled_before:.0f} MB before the abuse, "
+        f"{settled_after:.0f} MB after it ({settled_after / settled_before:.2f}x)"
+    )
 
 
 if __name__ == "__main__":
