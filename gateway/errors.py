@@ -51,6 +51,7 @@ __all__ = [
     "InvalidArguments",
     "OutcomeUnknown",
     "RelayRefused",
+    "ResultTooLarge",
     "TaskRequired",
     "ToolNotFound",
     "ToolWithheld",
@@ -87,6 +88,7 @@ UPSTREAM_CODES = frozenset(
         "outcome_unknown",
         "upstream_timeout",
         "upstream_unauthorized",
+        "result_too_large",
         "circuit_open",
         "exceeded_retries",
     }
@@ -165,6 +167,13 @@ class UpstreamTimeout(GatewayError):
 
 class UpstreamUnauthorized(GatewayError):
     code = "upstream_unauthorized"
+
+
+class ResultTooLarge(GatewayError):
+    """A server's answer over `upstreams.max_message_bytes`, dropped while it was read
+    (`gateway.upstreams.message_bounds`)."""
+
+    code = "result_too_large"
 
 
 class CircuitOpen(GatewayError):

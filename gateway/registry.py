@@ -98,6 +98,7 @@ class Registry:
             "health_interval": settings.resilience.health_interval,
             "listing_dir": settings.data_dir / "listings",
             "http_client": settings.upstreams.http_client,
+            "max_message_bytes": settings.upstreams.max_message_bytes,
         }
         self.task_status_listeners: list[TaskStatusListener] = []
         """Told of every `notifications/tasks/status` a server sends (`gateway.serving.tasks`)."""

@@ -16,9 +16,10 @@ from gateway.config.settings import PluginSettings, Settings
 from gateway.errors import ERROR_META_KEY
 from gateway.plugins import get_plugin_manager
 from gateway.registry import Registry
-from gateway.security.limits import cap_result, check_arguments
+from gateway.security.limits import _json_floor, cap_result, check_arguments
 from gateway.server_specs import specs_from_plugins
 from gateway.serving.server import GatewayServer
+from gateway.sizes import json_bytes
 from tests.conftest import FIXTURE_PLUGINS
 
 pytestmark = pytest.mark.anyio
@@ -41,6 +42,18 @@ def test_a_small_result_is_untouched_and_a_large_one_is_cut_with_a_note() -> Non
     assert texts[0] == "a" * 300 and texts[1].startswith('é\n"') and len(texts) == 3
     assert "truncated from" in texts[-1] and "max_result_bytes" in texts[-1]
     assert size_of(big) <= 1000
+
+
+def test_a_results_floor_is_its_json_size_until_a_string_is_long_and_never_more() -> None:
+    long = 'say "hi" \\ é\n' * 1000
+    for value in ({}, [], {"a": [1, 2.5, None, True], "b": {"c": "d", "e": []}}, ["\u2028", "\ud800", {"": {}}]):
+        assert _json_floor(value) == json_bytes(value), value
+    with_long = {"content": [{"type": "text", "text": long}], "x": "é" * 5000}
+    assert _json_floor(with_long) == json_bytes(with_long) - (json_bytes(long) - len(long) - 2) - 5000
+    huge = text_result("x" * 3_000_000)
+    cut = cap_result(huge, LimitsConfig(max_result_bytes=1000))
+    assert "truncated from at least 3000079 to 1000 bytes" in cut.content[-1].text  # type: ignore[union-attr]
+    assert size_of(cut) <= 1000
 
 
 def test_arguments_over_the_limit_are_refused_naming_both_sizes() -> None:

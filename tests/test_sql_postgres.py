@@ -105,6 +105,25 @@ async def test_statement_timeout_stops_a_long_postgresql_query(shop: Config, tmp
         assert (await ok(client, "execute_sql", sql="SELECT 1 AS one", dry_run=False))["results"][0]["rows"] == [[1]]
 
 
+async def test_a_200_mb_postgresql_value_is_refused_by_the_server_and_big_rows_are_cut_by_bytes(
+    shop: Config, tmp_path: Any
+) -> None:
+    """The server refuses a row longer than max_value_bytes before sending it (the plugin never holds
+    200 MB), rows stop once they hold max_value_bytes, and the wrapping keeps what a read means."""
+    async with Client(create_server(shop, tmp_path)) as client:
+        message = await refused(client, "execute_sql", sql="SELECT repeat('x', 20000000) AS big", dry_run=False)
+        assert "row of 20000028 bytes" in message and f"max_value_bytes ({shop.max_value_bytes})" in message
+        rows = "SELECT g, repeat('y', 300000) AS filler FROM generate_series(1, 50) AS g"
+        [cut] = (await ok(client, "execute_sql", sql=rows, dry_run=False))["results"]
+        assert cut["truncated"] and cut["row_count"] == 3 and [r[0] for r in cut["rows"]] == [1, 2, 3]
+        assert cut["columns"] == ["g", "filler"]  # the size columns the wrapping adds are not shown
+        same = "SELECT name, name AS again FROM customers WHERE email LIKE '%@example.com' ORDER BY name DESC"
+        [kept] = (await ok(client, "execute_sql", sql=same, dry_run=False))["results"]
+        assert kept["rows"] == [["Grace", "Grace"], ["Ada", "Ada"]] and not kept["truncated"]
+        both = await ok(client, "execute_sql", sql="VALUES (1, 'a'); TABLE customers", dry_run=False, max_rows=1)
+        assert both["results"][0]["rows"] == [[1, "a"]] and both["results"][1]["truncated"]
+
+
 async def test_add_records_on_postgresql_returns_ids_and_is_atomic(shop: Config, tmp_path: Any) -> None:
     async with Client(create_server(shop, tmp_path)) as client:
         added = await ok(

@@ -640,6 +640,15 @@ class UpstreamSettings(BaseModel):
             "A server whose URL goes through a proxy from the environment gets `httpx` either way."
         ),
     )
+    max_message_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=64 * 1024,
+        description=(
+            "Bytes of one message read from a stdio or HTTP server: a larger answer is dropped while it is "
+            "read (never held whole) and its call gets a `result_too_large` error. Results are cut to "
+            "`security.limits.max_result_bytes` after that."
+        ),
+    )
 
 
 class Settings(BaseSettings):

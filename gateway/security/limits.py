@@ -52,16 +52,28 @@ def check_session_calls(made: int, limits: LimitsConfig) -> None:
 
 
 def cap_result(result: Any, limits: LimitsConfig) -> Any:
-    """A result within `max_result_bytes`: blocks kept in order while they fit, text cut to fit, then a note."""
+    """A result within `max_result_bytes`: blocks kept in order while they fit, text cut to fit, then a note.
+
+    A result or block known to be over by its floor (`_json_floor`) is not serialized to be measured:
+    that took seconds of the event loop for a 60 MB text."""
     if not isinstance(result, types.CallToolResult):
         return result
-    size = json_bytes(result.model_dump(by_alias=True, mode="json", exclude_none=True))
-    if size <= limits.max_result_bytes:
-        return result
+    dump = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+    floor = _json_floor(dump)
+    if floor <= limits.max_result_bytes:
+        size = json_bytes(dump)  # within a few times the limit: cheap to measure exactly
+        if size <= limits.max_result_bytes:
+            return result
+        said = str(size)
+    else:
+        said = f"at least {floor}"
     budget = limits.max_result_bytes - 200  # room for the note and the envelope
     kept: list[types.ContentBlock] = []
     for block in result.content:
-        block_size = json_bytes(block.model_dump(by_alias=True, mode="json", exclude_none=True))
+        block_dump = block.model_dump(by_alias=True, mode="json", exclude_none=True)
+        block_size = _json_floor(block_dump)
+        if block_size <= budget:
+            block_size = json_bytes(block_dump)
         if block_size <= budget:
             kept.append(block)
             budget -= block_size
@@ -75,7 +87,7 @@ def cap_result(result: Any, limits: LimitsConfig) -> Any:
             budget = 0
         if budget <= 0:
             break
-    text = TRUNCATION_NOTE.format(size=size, limit=limits.max_result_bytes)
+    text = TRUNCATION_NOTE.format(size=said, limit=limits.max_result_bytes)
     structured = result.structured_content is not None
     if structured:  # half a JSON structure is no structure: say so, as an error (clients skip schema checks)
         text += " The structured content was dropped, so this result is marked as an error."
@@ -83,3 +95,22 @@ def cap_result(result: Any, limits: LimitsConfig) -> Any:
     return result.model_copy(
         update={"content": [*kept, note], "structured_content": None, "is_error": result.is_error or structured}
     )
+
+
+LONG_STRING = 4096
+"""Characters from which a string counts in `_json_floor` as its length, unserialized."""
+
+
+def _json_floor(value: Any) -> int:
+    """At most `json_bytes(value)` for a JSON-mode dump, and equal to it when no string is long: a long
+    string counts as its characters and quotes (each character is at least one byte of UTF-8, and
+    escapes only add), measured without serializing or even reading it."""
+    if isinstance(value, str):
+        return len(value) + 2 if len(value) >= LONG_STRING else json_bytes(value)
+    if isinstance(value, dict):
+        return (
+            2 * len(value) + 1 + sum(_json_floor(key) + _json_floor(item) for key, item in value.items()) + (not value)
+        )
+    if isinstance(value, list):
+        return len(value) + 1 + sum(_json_floor(item) for item in value) + (not value)
+    return json_bytes(value)

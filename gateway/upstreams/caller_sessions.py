@@ -285,6 +285,7 @@ class CallerSessions:
             call_timeout=shared.call_timeout,
             relay_requests=shared.relay_requests,
             http_client=shared.http_client,
+            max_message_bytes=shared.max_message_bytes,
         )
         upstream.limiter = shared.limiter
         session = self._sessions[key] = _Session(upstream, events, anyio.current_time())

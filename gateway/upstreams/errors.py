@@ -9,7 +9,8 @@ from typing import Protocol
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
-from gateway.errors import UpstreamTimeout, UpstreamUnauthorized, UpstreamUnavailable
+from gateway.errors import ResultTooLarge, UpstreamTimeout, UpstreamUnauthorized, UpstreamUnavailable
+from gateway.upstreams.message_bounds import SETTING, too_large_in
 
 __all__ = [
     "DownServer",
@@ -74,6 +75,16 @@ def translate_error(
 ) -> tuple[Exception, bool]:
     """A gateway error for what the transport (not the server) reported, else `exc` itself; and
     whether the connection is gone (then the supervisor reconnects)."""
+    dropped = too_large_in(exc)
+    if dropped is not None:
+        size, exact, limit = dropped
+        said = f"{size:,}" if exact else f"more than {size:,}"
+        message = (
+            f"Server {server!r} answered {operation} with {said} bytes, over the gateway's limit of {limit:,} "
+            f"bytes for one message (setting {SETTING}), so the answer was dropped unread. "
+            "Ask for less at a time (a narrower query, a smaller page)."
+        )
+        return ResultTooLarge(message, server=server, sent=True, details={"bytes": size, "limit": limit}), False
     if exc.code == types.CONNECTION_CLOSED:
         message = f"Server {server!r} closed its connection during {operation}; the gateway reconnects."
         return UpstreamUnavailable(message, server=server, sent=True), True

@@ -20,10 +20,11 @@ from typing import Any, TextIO
 import anyio
 import anyio.abc
 import mcp_types as types
-from anyio.streams.text import TextReceiveStream
 from mcp import StdioServerParameters
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
+
+from gateway.upstreams.message_bounds import DEFAULT_MAX_MESSAGE_BYTES, SETTING, LineBuffer
 
 __all__ = ["GRACE_SECONDS", "kill_process_group", "stdio_child"]
 
@@ -38,9 +39,14 @@ EXIT_POLL_SECONDS = 0.1
 
 @asynccontextmanager
 async def stdio_child(
-    params: StdioServerParameters, errlog: TextIO, on_spawn: Callable[[int], None] | None = None
+    params: StdioServerParameters,
+    errlog: TextIO,
+    on_spawn: Callable[[int], None] | None = None,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
 ) -> AsyncIterator[tuple[Any, Any]]:
-    """Spawn `params` in a new process group and yield (read, write) streams of JSON-RPC messages."""
+    """Spawn `params` in a new process group and yield (read, write) streams of JSON-RPC messages.
+
+    A line on stdout over `max_message_bytes` is not kept: `gateway.upstreams.message_bounds`."""
     # Shielded: a cancel (the registry closing while it restarts a server) landing inside the spawn
     # would lose the process handle after the child exists, leaving a child that nothing stops.
     # Once spawned, a pending cancel is delivered inside the `try` below, whose `finally` stops it.
@@ -59,14 +65,17 @@ async def stdio_child(
 
     async def pump_stdout() -> None:
         assert process.stdout is not None
-        buffer = ""
+        lines = LineBuffer(max_message_bytes, f"the stdio server {params.command!r}")
         async with read_writer:
             with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-                async for chunk in TextReceiveStream(process.stdout, encoding=params.encoding, errors="replace"):
-                    *lines, buffer = (buffer + chunk).split("\n")
-                    for line in lines:
-                        if line.strip():
-                            await read_writer.send(_parse(line))
+                async for chunk in process.stdout:
+                    for line in lines.feed(chunk):
+                        if isinstance(line, dict):  # a message over the limit, dropped
+                            await read_writer.send(SessionMessage(types.jsonrpc_message_adapter.validate_python(line)))
+                        elif line is None:
+                            await read_writer.send(ValueError(f"dropped a message over {SETTING} from stdout"))
+                        elif line.strip():
+                            await read_writer.send(_parse(line.decode(params.encoding, errors="replace")))
 
     async def pump_stdin() -> None:
         assert process.stdin is not None

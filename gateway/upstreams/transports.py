@@ -26,6 +26,7 @@ from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TI
 from opentelemetry import propagate, trace
 
 from gateway.upstreams.lean_http import LeanTransport
+from gateway.upstreams.message_bounds import DEFAULT_MAX_MESSAGE_BYTES, bound_responses
 
 __all__ = ["HttpClientKind", "http_transport", "proxy_for", "upstream_http_client", "watched"]
 
@@ -115,10 +116,13 @@ async def http_transport(
     client: HttpClientKind = "lean",
     server: str = "",
     sse: bool = False,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
 ) -> AsyncIterator[tuple[Any, Any]]:
     """Streamable HTTP, or with `sse` the legacy HTTP+SSE transport (a GET event stream, messages
     POSTed to the endpoint it names), over `upstream_http_client`, reporting statuses (`_reporting`).
-    `auth`: an OAuth server's tokens; `client`, `server`: see `upstream_http_client`."""
+    `auth`: an OAuth server's tokens; `client`, `server`: see `upstream_http_client`. A message
+    over `max_message_bytes` is dropped unread (`gateway.upstreams.message_bounds`); the legacy
+    SSE transport also keeps the SDK's own 1 MiB limit on one event."""
     if sse:
 
         def factory(
@@ -126,13 +130,15 @@ async def http_transport(
             timeout: httpx2.Timeout | None = None,
             auth: httpx2.Auth | None = None,
         ) -> httpx2.AsyncClient:
-            return _reporting(upstream_http_client(url, headers or {}, auth, client, server, timeout), on_status)
+            http_client = upstream_http_client(url, headers or {}, auth, client, server, timeout)
+            return _reporting(bound_responses(http_client, max_message_bytes, server), on_status)
 
         async with sse_client(url, headers=dict(headers), auth=auth, httpx_client_factory=factory) as streams:
             yield streams
         return
-    async with _reporting(upstream_http_client(url, headers, auth, client, server), on_status) as http_client:
-        async with streamable_http_client(url, http_client=http_client) as streams:
+    http_client = bound_responses(upstream_http_client(url, headers, auth, client, server), max_message_bytes, server)
+    async with _reporting(http_client, on_status):
+        async with streamable_http_client(url, http_client=http_client, max_sse_event_size=None) as streams:
             yield streams
 
 

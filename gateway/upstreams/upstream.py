@@ -48,6 +48,7 @@ from gateway.upstreams.errors import (
 from gateway.upstreams.health import probe
 from gateway.upstreams.in_flight import InFlight
 from gateway.upstreams.listing import Unsupported, fetch_listing, method_not_found, unsupported_answer
+from gateway.upstreams.message_bounds import DEFAULT_MAX_MESSAGE_BYTES
 from gateway.upstreams.oauth.binding import (
     GrantAuth,
     login_reason,
@@ -123,8 +124,11 @@ class Upstream:
         health_interval: float = 30.0,
         listing_dir: Path | None = None,
         http_client: HttpClientKind = "lean",
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
         self.spec = spec
+        self.max_message_bytes = max_message_bytes
+        """Bytes of one message read from the server (`gateway.upstreams.message_bounds`)."""
         self.http_client: HttpClientKind = http_client
         """The HTTP layer for a streamable-HTTP server (`gateway.upstreams.transports`)."""
         self.relay_requests = relay_requests
@@ -365,7 +369,9 @@ class Upstream:
             target = spec.target
         elif spec.transport == "stdio":
             assert isinstance(spec.target, StdioServerParameters)
-            target = watched(stdio_child(spec.target, errlog or sys.stderr, self._on_spawn), self._closed)
+            target = watched(
+                stdio_child(spec.target, errlog or sys.stderr, self._on_spawn, self.max_message_bytes), self._closed
+            )
         else:
             assert isinstance(spec.target, str)
             http = http_transport(
@@ -376,6 +382,7 @@ class Upstream:
                 client=self.http_client,
                 server=spec.id,
                 sse=spec.transport == "sse",
+                max_message_bytes=self.max_message_bytes,
             )
             target = watched(http, self._closed)
         relay = relay_callbacks(partial(self.events.relay_request, self)) if self.relay_requests else {}

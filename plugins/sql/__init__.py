@@ -69,8 +69,9 @@ class Config(BaseModel):
         default=1 << 20,
         ge=1_000,
         le=1 << 30,
-        description="SQLite: the longest string or blob a statement may build or read (a longer one is refused "
-        "as SQLite makes it), and the most bytes of values one call returns (rows past it are cut, as at max_rows).",
+        description="The longest value a read may return (SQLite: a string or blob, refused as SQLite builds it; "
+        "PostgreSQL: a row, refused by the server before it is sent), and the most bytes of values one "
+        "call returns (rows past it are cut, as at max_rows).",
     )
     token_lifetime_s: float = Field(default=300, gt=0, description="How long a confirmation token stays valid.")
     context_file: str | None = Field(
@@ -104,7 +105,12 @@ def open_database(config: Config, data_dir: Path) -> Database:
     """The configured database; the demo is created first when it is asked for and missing."""
     database = config.database
     if database and urlsplit(database).scheme in _POSTGRES_SCHEMES:
-        return PostgresDatabase(database, password_env=config.password_env, read_only=config.read_only)
+        return PostgresDatabase(
+            database,
+            password_env=config.password_env,
+            read_only=config.read_only,
+            max_value_bytes=config.max_value_bytes,
+        )
     path = Path(database).expanduser() if database else Path(DEMO_FILE)
     if not path.is_absolute():
         path = data_dir / path

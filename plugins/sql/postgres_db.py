@@ -2,7 +2,11 @@
 
 Time limits are `statement_timeout`, set for the call's transaction only
 (`set_config(..., true)`), so the server itself cancels a statement that runs too long.
-Reads run in a READ ONLY transaction. The password comes from the environment
+Reads run in a READ ONLY transaction, each query wrapped (`_BOUNDED`) so that the server
+itself refuses a row longer than `max_value_bytes` (as `pg_column_size` measures the row: its
+values as stored, decompressed; bytea is sent as hex, twice that) and stops sending rows once they
+hold `max_value_bytes` in all: the client never receives a 200 MB value to find out it is
+too big (libpq reads a row whole before psycopg sees it). The password comes from the environment
 variable the config names; it is passed to the driver separately and never appears
 in a label, a log line or an error message.
 """
@@ -63,6 +67,24 @@ ORDER BY t.relname, i.relname
 """
 
 
+_OWN = "mcp-gateway row bytes"
+_TOTAL = "mcp-gateway bytes so far"
+_TOO_LONG = "mcp-gateway: a row longer than max_value_bytes, in bytes:"
+_BOUNDED = f"""SELECT * FROM (
+  SELECT r.*, sum(r."{_OWN}") OVER (ROWS UNBOUNDED PRECEDING) AS "{_TOTAL}" FROM (
+    SELECT q.*, CASE WHEN s.n > %(longest)s THEN ('{_TOO_LONG} ' || s.n)::int ELSE s.n END AS "{_OWN}"
+    FROM (SELECT * FROM (
+{{statement}}
+    ) AS inner_query OFFSET 0) AS q, LATERAL (SELECT pg_column_size(q.*) AS n) AS s
+    LIMIT %(rows)s
+  ) AS r
+) AS w WHERE w."{_TOTAL}" - w."{_OWN}" <= %(budget)s"""
+"""A read with two columns added: each row's size (the server raises `_TOO_LONG` past `longest`)
+and the running total; only rows that start within `budget` are sent, so at most one row past
+it (at most `longest` bytes) is read, and dropped. `OFFSET 0` keeps the planner from inlining
+the read into each use of its columns (a 200 MB value was computed three times)."""
+
+
 def redact_url(url: str) -> str:
     """The URL without a password, for labels and messages."""
     parts = urlsplit(url)
@@ -75,6 +97,13 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
+def psycopg_errors() -> Any:
+    """psycopg's error classes (psycopg is imported only when PostgreSQL is used)."""
+    import psycopg
+
+    return psycopg.errors
+
+
 def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -82,8 +111,10 @@ def _quote(name: str) -> str:
 class PostgresDatabase:
     backend: Literal["postgresql"] = "postgresql"
 
-    def __init__(self, url: str, *, password_env: str | None, read_only: bool) -> None:
+    def __init__(self, url: str, *, password_env: str | None, read_only: bool, max_value_bytes: int = 1 << 20) -> None:
         self.url = url
+        self.max_value_bytes = max_value_bytes
+        """Longest row (as text) a read may return, and most bytes of rows one call returns."""
         self.password_env = password_env
         self.read_only = read_only
         self.label = redact_url(url)
@@ -163,12 +194,31 @@ class PostgresDatabase:
 
     def query(self, statements: Sequence[str], timeout_ms: int, max_rows: int) -> list[Rows]:
         results = []
+        budget = self.max_value_bytes
         with self._connect(read_only=True, timeout_ms=timeout_ms) as db:
             for statement in statements:
-                cursor = db.execute(statement)
-                columns = [d.name for d in cursor.description or ()]
-                fetched = cursor.fetchmany(max_rows + 1) if cursor.description else []
-                results.append(Rows(columns, [list(r) for r in fetched[:max_rows]], truncated=len(fetched) > max_rows))
+                bounds = {"longest": self.max_value_bytes, "rows": max_rows + 1, "budget": budget}
+                try:
+                    cursor = db.execute(_BOUNDED.replace("{statement}", statement.replace("%", "%%")), bounds)
+                except psycopg_errors().InvalidTextRepresentation as error:
+                    if _TOO_LONG not in str(error):
+                        raise
+                    size = str(error).split(_TOO_LONG, 1)[1].split('"', 1)[0].strip()
+                    raise DatabaseError(
+                        f"a row of {size} bytes is longer than max_value_bytes ({self.max_value_bytes}); "
+                        "select a part of it (left, substring, length) instead"
+                    ) from None
+                columns = [d.name for d in cursor.description or ()][:-2]
+                rows: list[list[Any]] = []
+                truncated, left = False, budget
+                for *values, _own, total in cursor.fetchall():
+                    if len(rows) == max_rows or (rows and total > budget):  # `total` counts from this statement
+                        truncated = True
+                        break
+                    rows.append(values)
+                    left = budget - total
+                budget = left
+                results.append(Rows(columns, rows, truncated=truncated))
         return results
 
     def write(self, statements: Sequence[str], timeout_ms: int, *, commit: bool) -> WriteOutcome:
