@@ -15,7 +15,7 @@ import sqlite3
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,7 +112,12 @@ class Gateway:
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    folder = tmp_path_factory.mktemp("hang_up")
+    with running_gateway(tmp_path_factory.mktemp("hang_up"), ENV) as running:
+        yield running
+
+
+@contextmanager
+def running_gateway(folder: Path, env: dict[str, str]) -> Iterator[Gateway]:
     database = make_database(folder / "shop.sqlite")
     config = write_config(
         folder / "gateway.yaml",
@@ -127,7 +132,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
             timeout_ms_limit: 120000
         """,
     )
-    process, url = start_gateway_http(config, folder, ENV)
+    process, url = start_gateway_http(config, folder, env)
     try:
         yield Gateway(url, database, folder / "data", folder)
     finally:
@@ -245,6 +250,19 @@ async def test_a_hung_up_clients_sql_query_stops_within_a_second_and_is_recorded
             assert await record_of(gateway.data_dir, "sql__execute_sql", f"+ {tag} FROM") == ("error", "cancelled")
             await wait_until(lambda: len([t for t in background.answered if t > stopped]) >= 2)
         assert background.failures == []
+
+
+async def test_under_response_mode_sse_a_hung_up_clients_query_stops_too(tmp_path: Path) -> None:
+    """`response_mode: sse` streams every answer at once; a hang-up on that stream cancels the same way."""
+    with running_gateway(tmp_path, ENV | {"GATEWAY_HTTP__RESPONSE_MODE": "sse"}) as gateway:
+        arguments = {"sql": slow_sql(4), "dry_run": False, "timeout_ms": 100_000}
+        with anyio.fail_after(120):
+            hung_up = await call_and_hang_up(
+                gateway.url, HANDSHAKE, "sql__execute_sql", arguments, lambda: locked(gateway.database), on_stream=True
+            )
+            stopped = await wait_until(lambda: not locked(gateway.database))
+            assert stopped - hung_up < STOPPED_WITHIN, f"the query ran {stopped - hung_up:.2f} s after the hang-up"
+            assert await record_of(gateway.data_dir, "sql__execute_sql", "+ 4 FROM") == ("error", "cancelled")
 
 
 @pytest.mark.parametrize("era", [HANDSHAKE, MODERN])

@@ -92,11 +92,13 @@ SDK's 2026-07-28 path."""
 
 class DeferringTransport(StreamableHTTPServerTransport):
     """The SDK's 2025-era transport, with a POSTed request answered by JSON when its answer is the
-    first thing it has within `window` seconds, else by SSE pinged every `window` seconds."""
+    first thing it has within `window` seconds, else by SSE pinged every `window` seconds; with
+    `json_first` False (`response_mode: sse`), by SSE at once, as the SDK answers it."""
 
-    def __init__(self, *args: Any, window: float, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, window: float, json_first: bool = True, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.window = window
+        self.json_first = json_first
 
     async def _handle_post_request(self, scope: Scope, request: Request, receive: Receive, send: Send) -> None:
         """Mirrors the SDK method's SSE branch; every case it does not cover is the SDK's own."""
@@ -165,6 +167,10 @@ class DeferringTransport(StreamableHTTPServerTransport):
         on the stream sse_starlette does. The request's memory stream is released at once then.
         """
         request_id = str(message_id)
+        if not self.json_first:
+            if not await self._stream(request_id, stream, None, scope, receive, send):
+                await self._cancel(message_id)
+            return
         first: EventMessage | None = None
         closed = False
         hung_up = anyio.Event()
@@ -197,7 +203,7 @@ class DeferringTransport(StreamableHTTPServerTransport):
         self,
         request_id: str,
         stream: MemoryObjectReceiveStream[EventMessage],
-        opening: SSEEvent,
+        opening: SSEEvent | None,
         scope: Scope,
         receive: Receive,
         send: Send,
@@ -270,9 +276,12 @@ class DeferringSessionManager(StreamableHTTPSessionManager):
     client a new session while it holds `max_sessions_per_client` (by key, or by address without one):
     one key holder could otherwise take every one of `max_sessions` and lock the others out."""
 
-    def __init__(self, app: Server[Any], *, window: float, max_sessions_per_client: int, **kwargs: Any) -> None:
+    def __init__(
+        self, app: Server[Any], *, window: float, json_first: bool, max_sessions_per_client: int, **kwargs: Any
+    ) -> None:
         super().__init__(app, **kwargs)
         self.window = window
+        self.json_first = json_first
         self.max_sessions_per_client = max_sessions_per_client
         self._session_addresses: dict[str, str] = {}
 
@@ -312,6 +321,7 @@ class DeferringSessionManager(StreamableHTTPSessionManager):
             retry_interval=self.retry_interval,
             idle_timeout=self.session_idle_timeout,
             window=self.window,
+            json_first=self.json_first,
         )
         session_id = http_transport.mcp_session_id
         assert session_id is not None
@@ -333,6 +343,7 @@ class DeferringSessionManager(StreamableHTTPSessionManager):
             event_store=None,
             security_settings=self.security_settings,
             window=self.window,
+            json_first=self.json_first,
         )
 
         async def run_stateless_server(*, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -375,6 +386,7 @@ def deferring_http_app(
     max_sessions_per_client: int,
     routes: list[BaseRoute],
     window: float,
+    json_first: bool = True,
 ) -> Starlette:
     """`Server.streamable_http_app` as the gateway calls it (no SDK auth), with `DeferringSessionManager`.
 
@@ -382,6 +394,7 @@ def deferring_http_app(
     manager = DeferringSessionManager(
         server,
         window=window,
+        json_first=json_first,
         max_sessions_per_client=max_sessions_per_client,
         stateless=stateless,
         security_settings=security,
