@@ -15,6 +15,10 @@ included: the rule is the same, and a client that opens a session per task saves
 Everything else goes to the SDK's own code unchanged: notifications and responses (202), GET,
 DELETE, an event store (resumability: its priming events make the stream the record), a client
 that does not accept both content types (the SDK answers 406), and any body the SDK refuses.
+`response_mode: sse` (`json_first=False`) streams at once, as the SDK's transport does.
+
+A client that hangs up before its answer has its request cancelled in the session (`_cancel`):
+without an event store its answer could go to nobody (docs/configuration.md, "Hung-up clients").
 
 All reach into the SDK's private layout is here, mirroring mcp 2.3 (`pyproject.toml` pins
 `mcp>=2.3,<2.4`; `tests/test_http_responses.py` fails when the mirrored SDK code changes):
