@@ -45,10 +45,10 @@ ENV = NO_EMBEDDINGS | {
 }
 
 
-def slow_sql(tag: int) -> str:
-    """A read that runs until it is stopped, reading table `t` (so it holds the file's shared lock);
+def slow_sql(tag: int, table: str = "t") -> str:
+    """A read that runs until it is stopped, reading `table` (so it holds the file's shared lock);
     `tag` tells its record from the others'."""
-    return f"WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) SELECT count(*) + {tag} FROM t, n"
+    return f"WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) SELECT count(*) + {tag} FROM {table}, n"
 
 
 def make_database(path: Path) -> Path:
