@@ -24,8 +24,16 @@ import anyio
 import httpx2
 import mcp_types as types
 import pytest
+import uvicorn
 from mcp import Client
+from mcp.server import MCPServer
+from mcp.server.streamable_http import EventCallback, EventMessage, EventStore
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+from starlette.applications import Starlette
+from starlette.routing import Route
 
+from gateway.serving.deferred_responses import DeferringSessionManager
+from gateway.serving.http import bind_socket
 from tests.conftest import DEMO_SERVER, NO_EMBEDDINGS, REPO, gateway_env, start_gateway_http, stop_process, write_config
 
 pytestmark = pytest.mark.anyio
@@ -317,3 +325,61 @@ async def test_a_stdio_client_that_exits_mid_call_has_its_query_stopped_and_reco
             assert await process.wait() == 0
         log.close()
     assert recorded(tmp_path / "data", "sql__execute_sql", "+ 5 FROM") == ("error", "cancelled")
+
+
+class MemoryEventStore(EventStore):
+    """The smallest event store: every event kept, replayed after the one a client names."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, types.JSONRPCMessage | None]] = []
+
+    async def store_event(self, stream_id: str, message: types.JSONRPCMessage | None) -> str:
+        self.events.append((str(len(self.events)), stream_id, message))
+        return self.events[-1][0]
+
+    async def replay_events_after(self, last_event_id: str, send_callback: EventCallback) -> str | None:
+        stream = next((s for i, s, _ in self.events if i == last_event_id), None)
+        for index, stream_id, message in self.events[int(last_event_id) + 1 :]:
+            if stream_id == stream and message is not None:
+                await send_callback(EventMessage(message, index))
+        return stream
+
+
+async def test_a_resumable_stream_is_not_cancelled_by_a_disconnect(tmp_path: Path) -> None:
+    """With an event store a client can resume its stream, so a disconnect is no cancellation (2025 spec):
+    such requests are the SDK's, and the call runs on. (The gateway configures no event store; this is
+    the rule `deferred_responses` keeps for one.)"""
+    server = MCPServer("resumable")
+    marker = tmp_path / "slow"
+
+    @server.tool()
+    async def slow() -> str:
+        """Run past the window (its answer becomes a stream); say in `marker` whether it finished or was cancelled."""
+        Path(f"{marker}.started").touch()
+        try:
+            await anyio.sleep(WINDOW + 2)
+        except anyio.get_cancelled_exc_class():
+            marker.write_text("cancelled")
+            raise
+        marker.write_text("finished")
+        return "done"
+
+    manager = DeferringSessionManager(
+        server._lowlevel_server,  # the session manager serves the low-level server, as `deferring_http_app` does
+        window=WINDOW,
+        json_first=True,
+        max_sessions_per_client=10,
+        event_store=MemoryEventStore(),
+    )
+    app = Starlette(routes=[Route("/mcp", endpoint=StreamableHTTPASGIApp(manager))], lifespan=lambda _: manager.run())
+    sock = bind_socket("127.0.0.1", 0)
+    uvicorn_server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(uvicorn_server.serve, [sock])
+            await wait_until(lambda: uvicorn_server.started)
+            await call_and_hang_up(url, HANDSHAKE, "slow", {}, Path(f"{marker}.started").exists, on_stream=True)
+            await wait_until(marker.exists)
+            assert marker.read_text() == "finished"
+            uvicorn_server.should_exit = True
