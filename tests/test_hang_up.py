@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx2
@@ -34,8 +34,14 @@ from starlette.routing import Route
 
 from gateway.serving.deferred_responses import DeferringSessionManager
 from gateway.serving.http import bind_socket
+from plugins.sql import Config as SqlConfig
+from plugins.sql import create_server as create_sql_server
 from tests.conftest import DEMO_SERVER, NO_EMBEDDINGS, REPO, gateway_env, start_gateway_http, stop_process, write_config
 
+if TYPE_CHECKING:
+    from tests.postgres import PostgresServer
+
+pytest_plugins = ["tests.postgres"]  # the postgres_server and postgres_database fixtures
 pytestmark = pytest.mark.anyio
 
 WINDOW = 3.0
@@ -383,3 +389,35 @@ async def test_a_resumable_stream_is_not_cancelled_by_a_disconnect(tmp_path: Pat
             await wait_until(marker.exists)
             assert marker.read_text() == "finished"
             uvicorn_server.should_exit = True
+
+
+async def test_a_cancelled_call_cancels_its_postgresql_statement(
+    postgres_server: PostgresServer, postgres_database: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The sql plugin on PostgreSQL: cancelling the call (as a hang-up does) sends the server a cancel
+    request, so the statement leaves `pg_stat_activity` long before its 100 s limit."""
+    monkeypatch.setenv("MCP_GATEWAY_TEST_PG_PASSWORD", postgres_server.password)
+    config = SqlConfig(
+        database=postgres_server.url(postgres_database),
+        password_env="MCP_GATEWAY_TEST_PG_PASSWORD",
+        timeout_ms_limit=120_000,
+    )
+
+    def sleeping() -> bool:
+        with postgres_server.connect(postgres_database, autocommit=True) as db:
+            query = (
+                "SELECT count(*) FROM pg_stat_activity WHERE query ILIKE '%pg_sleep(100)%' AND state = 'active' "
+                "AND pid <> pg_backend_pid()"
+            )
+            return bool(db.execute(query).fetchone()[0])
+
+    with anyio.fail_after(60):
+        async with Client(create_sql_server(config, tmp_path)) as client:
+            arguments = {"sql": "SELECT pg_sleep(100)", "dry_run": False, "timeout_ms": 100_000}
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(client.call_tool, "execute_sql", arguments)
+                await wait_until(sleeping)
+                tg.cancel_scope.cancel()
+            await wait_until(lambda: not sleeping())
+            result = await client.call_tool("execute_sql", {"sql": "SELECT 1 AS one", "dry_run": False})
+            assert not result.is_error and result.structured_content is not None
