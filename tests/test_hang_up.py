@@ -5,7 +5,9 @@ client's calls go on.
 A real gateway child over HTTP on 127.0.0.1 (the built-in sql plugin on a SQLite file, the demo server as
 a stdio child), a raw HTTP client that drops its connection mid-call (the hang-up), and the SDK's client
 calling `clock__now` in the background throughout. A running statement holds SQLite's shared lock on the
-file, so "the query stopped" is read from the file: an exclusive lock can be taken again.
+file, so "the query stopped" is read from the file: an exclusive lock can be taken again. Beside them:
+a stream that can be resumed (an event store) is not cancelled by a disconnect, and a cancelled call's
+PostgreSQL statement is cancelled on the server (tests/postgres.py's server).
 """
 
 from __future__ import annotations
@@ -114,6 +116,17 @@ async def record_of(data_dir: Path, tool: str, marker: str) -> tuple[str, str | 
 
     await wait_until(stored)
     return found[0]
+
+
+def cancelled_calls(url: str, tool: str) -> float:
+    """`mcp_gateway_tool_calls_total{status="cancelled"}` of `tool`, from the gateway's `/metrics`."""
+    metrics = httpx2.get(url.removesuffix("/mcp") + "/metrics", timeout=10).text
+    labels = f'tool="{tool}"'
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("mcp_gateway_tool_calls_total{") and labels in line and 'status="cancelled"' in line
+    )
 
 
 @dataclass
@@ -262,6 +275,7 @@ async def test_a_hung_up_clients_sql_query_stops_within_a_second_and_is_recorded
             stopped = await wait_until(lambda: not locked(gateway.database))
             assert stopped - hung_up < STOPPED_WITHIN, f"the query ran {stopped - hung_up:.2f} s after the hang-up"
             assert await record_of(gateway.data_dir, "sql__execute_sql", f"+ {tag} FROM") == ("error", "cancelled")
+            assert cancelled_calls(gateway.url, "sql__execute_sql") >= 1
             await wait_until(lambda: len([t for t in background.answered if t > stopped]) >= 2)
         assert background.failures == []
 
