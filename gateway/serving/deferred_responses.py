@@ -70,7 +70,6 @@ from mcp_types import (
     JSONRPCNotification,
     JSONRPCRequest,
     JSONRPCResponse,
-    RequestId,
     jsonrpc_message_adapter,
 )
 from pydantic import ValidationError
@@ -121,7 +120,7 @@ class DeferringTransport(StreamableHTTPServerTransport):
             streams = anyio.create_memory_object_stream[EventMessage](REQUEST_STREAM_BUFFER_SIZE)
             self._request_streams[request_id] = streams
             await writer.send(self._create_session_message(message, request, request_id, protocol_version))
-            await self._answer(message.id, streams[1], scope, receive, send)
+            await self._answer(message, streams[1], scope, receive, send)
         except Exception as err:  # the SDK method's own boundary, same answer
             logger.exception("Error handling POST request")
             await self._clean_up_memory_streams(request_id)
@@ -158,7 +157,7 @@ class DeferringTransport(StreamableHTTPServerTransport):
 
     async def _answer(
         self,
-        message_id: RequestId,
+        message: JSONRPCRequest,
         stream: MemoryObjectReceiveStream[EventMessage],
         scope: Scope,
         receive: Receive,
@@ -170,10 +169,10 @@ class DeferringTransport(StreamableHTTPServerTransport):
         window a task watches for it (about 0.1 ms of CPU a call, docs/history/benchmarks-2026.md),
         on the stream sse_starlette does. The request's memory stream is released at once then.
         """
-        request_id = str(message_id)
+        request_id = str(message.id)
         if not self.json_first:
             if not await self._stream(request_id, stream, None, scope, receive, send):
-                await self._cancel(message_id)
+                await self._cancel(message)
             return
         first: EventMessage | None = None
         closed = False
@@ -197,11 +196,11 @@ class DeferringTransport(StreamableHTTPServerTransport):
             await self._clean_up_memory_streams(request_id)
             await self._create_json_response(first.message)(scope, receive, send)
         elif hung_up.is_set():
-            await self._cancel(message_id)
+            await self._cancel(message)
         else:
             opening = _PING if first is None else self._create_event_data(first)
             if not await self._stream(request_id, stream, opening, scope, receive, send):
-                await self._cancel(message_id)
+                await self._cancel(message)
 
     async def _stream(
         self,
@@ -242,18 +241,19 @@ class DeferringTransport(StreamableHTTPServerTransport):
             await sse_reader.aclose()
         return forwarded
 
-    async def _cancel(self, message_id: RequestId) -> None:
+    async def _cancel(self, message: JSONRPCRequest) -> None:
         """Cancel a request whose answer can no longer be delivered, as the client's `notifications/cancelled`
         would: its handler is cancelled, so is the call upstream, and the call is recorded `cancelled`.
 
         The 2025-era spec says a disconnect SHOULD NOT by itself cancel, so that a client can resume
         the stream; without an event store (those requests are the SDK's: `_deferrable`) no stream
-        can be resumed, and the answer would go to nobody (docs/configuration.md, "Hung-up clients")."""
-        await self._clean_up_memory_streams(str(message_id))
+        can be resumed, and the answer would go to nobody (docs/configuration.md, "Hung-up clients").
+        `initialize` is never cancelled (the spec forbids it); its stream is released all the same."""
+        await self._clean_up_memory_streams(str(message.id))
         writer = self._read_stream_writer
-        if writer is None:
+        if writer is None or message.method == "initialize":
             return
-        params = {"requestId": message_id, "reason": HUNG_UP}
+        params = {"requestId": message.id, "reason": HUNG_UP}
         cancel = JSONRPCNotification(jsonrpc="2.0", method="notifications/cancelled", params=params)
         with (
             anyio.move_on_after(CANCEL_SECONDS, shield=True),
