@@ -4,7 +4,8 @@
 the sql plugin on its demo database, records on), keeps one real SDK client calling `mem__echo`
 every 0.2 s, and runs one abuse at a time (issue 33): 1 MB `POST /route` requests, a 200 MB
 SQL value, 200 MB tool results from a real HTTP server and a real stdio server
-(`tests/servers/big_server.py`), 600 slow connections, results holding a lone surrogate. Per
+(`tests/servers/big_server.py`), 600 slow connections, results holding a lone surrogate, clients
+that hang up on a query that runs until it is stopped (how long it ran on after the hang-up). Per
 phase it prints the good client's worst and median latency (the stall), the gateway's peak RSS
 growth, and whether the abuse was answered as documented; the idle phase first is the same-run
 baseline. At the end, the gateway's resident memory before the abuse and after it, settled:
@@ -22,6 +23,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -33,6 +35,7 @@ from mcp.shared.exceptions import MCPError
 
 from gateway.router.embedder import DOCUMENT_SESSION_IDLE_SECONDS
 from tests.conftest import NO_EMBEDDINGS, REPO, start_gateway_http, start_script_http, stop_process, write_config
+from tests.test_hang_up import HANDSHAKE, call_and_hang_up, locked, slow_sql, wait_until
 from tests.test_records import Poisoning
 
 HUGE_QUERY = "please add two integers for me " * 34_000  # 1.05 MB
@@ -135,6 +138,16 @@ async def poison(url: str, rounds: int) -> str:
     return f"{rounds * 10} results with a lone surrogate"
 
 
+async def hung_up_queries(url: str, rounds: int, database: Path) -> str:
+    """Each round: a query that runs until it is stopped, its client gone once it holds the database."""
+    ran_on = []
+    for index in range(rounds):
+        arguments = {"sql": slow_sql(index, "customers"), "dry_run": False, "timeout_ms": 60_000}
+        hung_up = await call_and_hang_up(url, HANDSHAKE, "sql__execute_sql", arguments, lambda: locked(database))
+        ran_on.append(await wait_until(lambda: not locked(database), within=70) - hung_up)
+    return f"stopped {max(ran_on) * 1000:.0f} ms after the hang-up at worst (limit 60 s)"
+
+
 PHASES: dict[str, Callable[[str, int], Awaitable[str]]] = {
     "1 MB POST /route (x3)": route_1mb,
     "SELECT zeroblob(200000000) (x3)": sql_200mb,
@@ -184,7 +197,9 @@ async def main(header_timeout: float, max_message_bytes: int | None) -> None:
                         for _ in range(3):
                             await http.post(url.removesuffix("/mcp") + "/route", json={"query": "add two integers"})
                     settled_before = await settled_rss_mb(process.pid, DOCUMENT_SESSION_IDLE_SECONDS + 15)
-                    for name, phase in [("idle (baseline)", None), *PHASES.items()]:
+                    hung_up = partial(hung_up_queries, database=root / "data" / "shop.sqlite")
+                    phases = [*PHASES.items(), ("hung-up slow queries (x3)", hung_up)]
+                    for name, phase in [("idle (baseline)", None), *phases]:
                         latencies.clear()
                         before = peak_rss_mb(process.pid)
                         outcome = "-" if phase is None else await phase(url, 1 if "slow" in name else 3)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+import anyio.lowlevel
 import mcp_types as types
 
 __all__ = ["REFUSED_NOTE", "CallHandler", "Caller", "Middleware", "ToolCall", "compose", "matches_any", "refuse"]
@@ -71,9 +72,15 @@ Middleware = Callable[[ToolCall, CallHandler], Awaitable[types.CallToolResult]]
 
 
 async def send_call(call: ToolCall) -> types.CallToolResult:
-    """The innermost handler: run the request."""
+    """The innermost handler: run the request.
+
+    A call cancelled while its answer was on the way (a client that hung up, with a plugin's tool in a
+    worker thread the cancellation could not stop) ends cancelled, not with the answer nobody receives:
+    every layer outside counts and records it as cancelled."""
     call.attempts += 1
-    return await call.send(call.arguments)
+    result = await call.send(call.arguments)
+    await anyio.lowlevel.checkpoint_if_cancelled()
+    return result
 
 
 def compose(middleware: Sequence[Middleware], innermost: CallHandler = send_call) -> CallHandler:

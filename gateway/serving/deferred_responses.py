@@ -15,6 +15,10 @@ included: the rule is the same, and a client that opens a session per task saves
 Everything else goes to the SDK's own code unchanged: notifications and responses (202), GET,
 DELETE, an event store (resumability: its priming events make the stream the record), a client
 that does not accept both content types (the SDK answers 406), and any body the SDK refuses.
+`response_mode: sse` (`json_first=False`) streams at once, as the SDK's transport does.
+
+A client that hangs up before its answer has its request cancelled in the session (`_cancel`):
+without an event store its answer could go to nobody (docs/configuration.md, "Hung-up clients").
 
 All reach into the SDK's private layout is here, mirroring mcp 2.3 (`pyproject.toml` pins
 `mcp>=2.3,<2.4`; `tests/test_http_responses.py` fails when the mirrored SDK code changes):
@@ -31,8 +35,8 @@ All reach into the SDK's private layout is here, mirroring mcp 2.3 (`pyproject.t
 from __future__ import annotations
 
 import logging
+from contextlib import suppress
 from contextvars import ContextVar
-from functools import partial
 from http import HTTPStatus
 from typing import Any
 from uuid import uuid4
@@ -57,11 +61,13 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, Streamable
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+from mcp.shared.message import SessionMessage
 from mcp.shared.transport_context import TransportContext
 from mcp_types import (
     DEFAULT_NEGOTIATED_VERSION,
     INTERNAL_ERROR,
     JSONRPCError,
+    JSONRPCNotification,
     JSONRPCRequest,
     JSONRPCResponse,
     jsonrpc_message_adapter,
@@ -77,6 +83,11 @@ __all__ = ["DeferringSessionManager", "DeferringTransport", "deferring_http_app"
 
 logger = logging.getLogger(__name__)
 
+HUNG_UP = "The client disconnected before the answer"
+"""The reason of the `notifications/cancelled` a hung-up client's request is cancelled with."""
+CANCEL_SECONDS = 5.0
+"""Most seconds spent handing that cancellation to the session (shielded: the request's own task is ending)."""
+
 _PING: SSEEvent = {"comment": "ping"}
 """Opens a stream committed because the window elapsed: the client has bytes at once, as on the
 SDK's 2026-07-28 path."""
@@ -84,11 +95,13 @@ SDK's 2026-07-28 path."""
 
 class DeferringTransport(StreamableHTTPServerTransport):
     """The SDK's 2025-era transport, with a POSTed request answered by JSON when its answer is the
-    first thing it has within `window` seconds, else by SSE pinged every `window` seconds."""
+    first thing it has within `window` seconds, else by SSE pinged every `window` seconds; with
+    `json_first` False (`response_mode: sse`), by SSE at once, as the SDK answers it."""
 
-    def __init__(self, *args: Any, window: float, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, window: float, json_first: bool = True, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.window = window
+        self.json_first = json_first
 
     async def _handle_post_request(self, scope: Scope, request: Request, receive: Receive, send: Send) -> None:
         """Mirrors the SDK method's SSE branch; every case it does not cover is the SDK's own."""
@@ -107,7 +120,7 @@ class DeferringTransport(StreamableHTTPServerTransport):
             streams = anyio.create_memory_object_stream[EventMessage](REQUEST_STREAM_BUFFER_SIZE)
             self._request_streams[request_id] = streams
             await writer.send(self._create_session_message(message, request, request_id, protocol_version))
-            await self._answer(request_id, streams[1], scope, receive, send)
+            await self._answer(message, streams[1], scope, receive, send)
         except Exception as err:  # the SDK method's own boundary, same answer
             logger.exception("Error handling POST request")
             await self._clean_up_memory_streams(request_id)
@@ -144,7 +157,7 @@ class DeferringTransport(StreamableHTTPServerTransport):
 
     async def _answer(
         self,
-        request_id: str,
+        message: JSONRPCRequest,
         stream: MemoryObjectReceiveStream[EventMessage],
         scope: Scope,
         receive: Receive,
@@ -152,18 +165,26 @@ class DeferringTransport(StreamableHTTPServerTransport):
     ) -> None:
         """Wait up to the window for the request's first message, then answer with JSON or SSE.
 
-        Nothing watches for the client hanging up during the window (a task per call costs about
-        0.1 ms of CPU, docs/history/benchmarks-2026.md): as with the SDK's stream, the call runs on and its
-        answer is dropped; a JSON answer then goes nowhere (uvicorn ignores it), and a stream
-        notices at once. The request's memory stream is released at most a window later.
+        A client that hangs up before its answer has the request cancelled (`_cancel`): during the
+        window a task watches for it (about 0.1 ms of CPU a call, docs/history/benchmarks-2026.md),
+        on the stream sse_starlette does. The request's memory stream is released at once then.
         """
+        request_id = str(message.id)
+        if not self.json_first:
+            if not await self._stream(request_id, stream, None, scope, receive, send):
+                await self._cancel(message)
+            return
         first: EventMessage | None = None
         closed = False
-        with anyio.move_on_after(self.window):
-            try:
-                first = await stream.receive()
-            except (anyio.EndOfStream, anyio.ClosedResourceError):
-                closed = True
+        hung_up = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_watch_hang_up, receive, hung_up, tg.cancel_scope)
+            with anyio.move_on_after(self.window):
+                try:
+                    first = await stream.receive()
+                except (anyio.EndOfStream, anyio.ClosedResourceError):
+                    closed = True
+            tg.cancel_scope.cancel()
         if closed:
             # The session was terminated with the request in flight (the SDK's JSON mode answer).
             await self._clean_up_memory_streams(request_id)
@@ -174,20 +195,24 @@ class DeferringTransport(StreamableHTTPServerTransport):
         elif first is not None and isinstance(first.message, JSONRPCResponse | JSONRPCError):
             await self._clean_up_memory_streams(request_id)
             await self._create_json_response(first.message)(scope, receive, send)
+        elif hung_up.is_set():
+            await self._cancel(message)
         else:
             opening = _PING if first is None else self._create_event_data(first)
-            await self._stream(request_id, stream, opening, scope, receive, send)
+            if not await self._stream(request_id, stream, opening, scope, receive, send):
+                await self._cancel(message)
 
     async def _stream(
         self,
         request_id: str,
         stream: MemoryObjectReceiveStream[EventMessage],
-        opening: SSEEvent,
+        opening: SSEEvent | None,
         scope: Scope,
         receive: Receive,
         send: Send,
-    ) -> None:
-        """The SDK's SSE answer from `opening` on: the rest of the request's messages, then its answer."""
+    ) -> bool:
+        """The SDK's SSE answer from `opening` on: the rest of the request's messages, then its answer.
+        Whether it went out: False when the stream ended before (the client hung up)."""
         sse_writer, sse_reader = anyio.create_memory_object_stream[SSEEvent](0)
         self._sse_stream_writers[request_id] = sse_writer
         headers = {
@@ -196,11 +221,15 @@ class DeferringTransport(StreamableHTTPServerTransport):
             "Content-Type": "text/event-stream",
             **({MCP_SESSION_ID_HEADER: self.mcp_session_id} if self.mcp_session_id else {}),
         }
+        forwarded = False
+
+        async def forward() -> None:  # cancelled by sse_starlette when the client hangs up
+            nonlocal forwarded
+            await self._run_sse_writer(request_id, sse_writer, stream, opening)
+            forwarded = True
+
         response = EventSourceResponse(
-            content=sse_reader,
-            data_sender_callable=partial(self._run_sse_writer, request_id, sse_writer, stream, opening),
-            headers=headers,
-            ping=self.window,
+            content=sse_reader, data_sender_callable=forward, headers=headers, ping=self.window
         )
         try:
             await response(scope, receive, send)
@@ -210,6 +239,36 @@ class DeferringTransport(StreamableHTTPServerTransport):
             await self._clean_up_memory_streams(request_id)
         finally:
             await sse_reader.aclose()
+        return forwarded
+
+    async def _cancel(self, message: JSONRPCRequest) -> None:
+        """Cancel a request whose answer can no longer be delivered, as the client's `notifications/cancelled`
+        would: its handler is cancelled, so is the call upstream, and the call is recorded `cancelled`.
+
+        The 2025-era spec says a disconnect SHOULD NOT by itself cancel, so that a client can resume
+        the stream; without an event store (those requests are the SDK's: `_deferrable`) no stream
+        can be resumed, and the answer would go to nobody (docs/configuration.md, "Hung-up clients").
+        `initialize` is never cancelled (the spec forbids it); its stream is released all the same."""
+        await self._clean_up_memory_streams(str(message.id))
+        writer = self._read_stream_writer
+        if writer is None or message.method == "initialize":
+            return
+        params = {"requestId": message.id, "reason": HUNG_UP}
+        cancel = JSONRPCNotification(jsonrpc="2.0", method="notifications/cancelled", params=params)
+        with (
+            anyio.move_on_after(CANCEL_SECONDS, shield=True),
+            suppress(anyio.ClosedResourceError, anyio.BrokenResourceError),
+        ):
+            await writer.send(SessionMessage(cancel))
+
+
+async def _watch_hang_up(receive: Receive, hung_up: anyio.Event, scope: anyio.CancelScope) -> None:
+    """Set `hung_up` and cancel `scope` when the client disconnects. The request's body was read
+    (`_deferrable`), so a disconnect is all `receive` can still report."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    hung_up.set()
+    scope.cancel()
 
 
 _client_address: ContextVar[str] = ContextVar("mcp_gateway_session_client", default="")
@@ -221,9 +280,12 @@ class DeferringSessionManager(StreamableHTTPSessionManager):
     client a new session while it holds `max_sessions_per_client` (by key, or by address without one):
     one key holder could otherwise take every one of `max_sessions` and lock the others out."""
 
-    def __init__(self, app: Server[Any], *, window: float, max_sessions_per_client: int, **kwargs: Any) -> None:
+    def __init__(
+        self, app: Server[Any], *, window: float, json_first: bool, max_sessions_per_client: int, **kwargs: Any
+    ) -> None:
         super().__init__(app, **kwargs)
         self.window = window
+        self.json_first = json_first
         self.max_sessions_per_client = max_sessions_per_client
         self._session_addresses: dict[str, str] = {}
 
@@ -263,6 +325,7 @@ class DeferringSessionManager(StreamableHTTPSessionManager):
             retry_interval=self.retry_interval,
             idle_timeout=self.session_idle_timeout,
             window=self.window,
+            json_first=self.json_first,
         )
         session_id = http_transport.mcp_session_id
         assert session_id is not None
@@ -284,6 +347,7 @@ class DeferringSessionManager(StreamableHTTPSessionManager):
             event_store=None,
             security_settings=self.security_settings,
             window=self.window,
+            json_first=self.json_first,
         )
 
         async def run_stateless_server(*, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -326,6 +390,7 @@ def deferring_http_app(
     max_sessions_per_client: int,
     routes: list[BaseRoute],
     window: float,
+    json_first: bool = True,
 ) -> Starlette:
     """`Server.streamable_http_app` as the gateway calls it (no SDK auth), with `DeferringSessionManager`.
 
@@ -333,6 +398,7 @@ def deferring_http_app(
     manager = DeferringSessionManager(
         server,
         window=window,
+        json_first=json_first,
         max_sessions_per_client=max_sessions_per_client,
         stateless=stateless,
         security_settings=security,

@@ -260,30 +260,20 @@ def build_http_app(gateway: GatewayServer, settings: Settings, *, admin: bool = 
         public_paths += (CALLBACK_PATH,)
     # The health routes skip the Host check and authentication (`http_guard.PUBLIC_PATHS`):
     # load balancers probe by IP address, without credentials.
-    if settings.http.response_mode == "auto":  # a JSON body for a quick answer (`deferred_responses`)
-        app = deferring_http_app(
-            gateway.server,
-            path=settings.http.path,
-            stateless=settings.http.stateless,
-            security=security,
-            max_request_body_size=max_body,
-            session_idle_timeout=settings.http.session_idle_timeout,
-            max_sessions=settings.http.max_sessions,
-            max_sessions_per_client=settings.http.max_sessions_per_client,
-            routes=list(routes),
-            window=settings.http.response_window,
-        )
-    else:
-        app = gateway.server.streamable_http_app(
-            streamable_http_path=settings.http.path,
-            stateless_http=settings.http.stateless,
-            transport_security=security,
-            host=settings.http.host,
-            max_request_body_size=max_body,
-            session_idle_timeout=settings.http.session_idle_timeout,
-            max_sessions=settings.http.max_sessions,
-            custom_starlette_routes=routes,
-        )
+    # `auto`: a JSON body for a quick answer; both modes: a hung-up client's request cancelled (`deferred_responses`)
+    app = deferring_http_app(
+        gateway.server,
+        path=settings.http.path,
+        stateless=settings.http.stateless,
+        security=security,
+        max_request_body_size=max_body,
+        session_idle_timeout=settings.http.session_idle_timeout,
+        max_sessions=settings.http.max_sessions,
+        max_sessions_per_client=settings.http.max_sessions_per_client,
+        routes=list(routes),
+        window=settings.http.response_window,
+        json_first=settings.http.response_mode == "auto",
+    )
     if not settings.http.stateless:
         gateway.registry.metrics.watch_sessions(partial(open_sessions, gateway.server.session_manager))
     authenticator = Authenticator(gateway.auth) if gateway.auth.enabled else None

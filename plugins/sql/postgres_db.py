@@ -21,6 +21,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from .database import DatabaseError, QueryTimeout, Rows, WriteOutcome
+from .interrupt import Interrupt, QueryInterrupted, interruptible
 from .schema import Column, ForeignKey, Index, Schema, Table
 
 __all__ = ["PostgresDatabase", "redact_url"]
@@ -132,11 +133,15 @@ class PostgresDatabase:
             connection = psycopg.connect(self.url, password=password, connect_timeout=10, autocommit=False)
         except psycopg.Error as error:
             raise DatabaseError(f"cannot connect to {self.label}: {self._clean(error)}") from None
+        interrupt: Interrupt | None = None
         try:
-            connection.read_only = read_only or self.read_only
-            connection.execute("SELECT set_config('statement_timeout', %s, true)", (f"{timeout_ms}ms",))
-            yield connection
+            with interruptible(connection.cancel) as interrupt:  # a cancelled call's statement is cancelled
+                connection.read_only = read_only or self.read_only
+                connection.execute("SELECT set_config('statement_timeout', %s, true)", (f"{timeout_ms}ms",))
+                yield connection
         except psycopg.errors.QueryCanceled:
+            if interrupt is not None and interrupt.fired:
+                raise QueryInterrupted("the statement was stopped: its call was cancelled") from None
             raise QueryTimeout(f"the statement was stopped after its time limit of {timeout_ms} ms") from None
         except psycopg.Error as error:
             raise DatabaseError(self._clean(error)) from None

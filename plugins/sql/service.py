@@ -1,8 +1,9 @@
 """What the SQL tools do, apart from MCP: limits, the schema cache, dry runs, tokens, inserts.
 
 The MCP layer (`plugins/sql/__init__.py`) only parses arguments and wraps results.
-Every database call runs in a worker thread (`anyio.to_thread.run_sync`), never on
-the event loop; a statement's own time limit stops it inside the database.
+Every database call runs in a worker thread (`interrupt.run_interruptible`), never on
+the event loop; a statement's own time limit stops it inside the database, and so does
+cancelling its call (a client that hung up).
 """
 
 from __future__ import annotations
@@ -15,12 +16,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import anyio.to_thread
-
 from gateway.sizes import surrogate_refusal
 
 from .classify import Classified, classify
 from .database import Database
+from .interrupt import run_interruptible
 from .records import find_table, prepare_records
 from .results import ExecuteResult, InsertResult, StatementEffect, pipe_table, result_set
 from .schema import Schema
@@ -115,7 +115,7 @@ class SqlService:
 
     async def schema(self, refresh: bool = False) -> Schema:
         """The cached schema, read on first use and again when `refresh` is set or a DDL statement ran."""
-        return await anyio.to_thread.run_sync(self._read_schema, refresh)
+        return await run_interruptible(self._read_schema, refresh)
 
     # --- execute_sql ------------------------------------------------------------------------
 
@@ -147,7 +147,7 @@ class SqlService:
                 "first, check what would change, then call again with dry_run=false and the token it returns"
             )
         self.tokens.redeem(confirmation_token, classified.digest)
-        outcome = await anyio.to_thread.run_sync(
+        outcome = await run_interruptible(
             lambda: self.database.write([s.sql for s in classified.statements], timeout, commit=True)
         )
         effects = self._effects(classified, outcome.row_counts)
@@ -168,12 +168,12 @@ class SqlService:
     ) -> tuple[str, ExecuteResult]:
         statements = [s.sql for s in classified.statements]
         if dry_run:
-            plans = [await anyio.to_thread.run_sync(self.database.explain, s, timeout) for s in statements]
+            plans = [await run_interruptible(self.database.explain, s, timeout) for s in statements]
             sets = [result_set(s, plan) for s, plan in zip(statements, plans, strict=True)]
             note = "Dry run: the query plan only. Call again with dry_run=false to get the rows."
             text = [note] + [f"Plan of: {s.statement}\n{pipe_table(s.columns, s.rows)}" for s in sets]
             return "\n\n".join(text), ExecuteResult(kind="read", dry_run=True, executed=False, results=sets, note=note)
-        fetched = await anyio.to_thread.run_sync(self.database.query, statements, timeout, max_rows)
+        fetched = await run_interruptible(self.database.query, statements, timeout, max_rows)
         sets = [result_set(s, r) for s, r in zip(statements, fetched, strict=True)]
         parts = []
         for result in sets:
@@ -188,7 +188,7 @@ class SqlService:
     async def _dry_run_write(self, classified: Classified, timeout: int) -> tuple[str, ExecuteResult]:
         # Run for real inside a transaction, then roll back: the counts are exact, including
         # upserts, triggers and cascades, and constraint errors show up before anything is kept.
-        outcome = await anyio.to_thread.run_sync(
+        outcome = await run_interruptible(
             lambda: self.database.write([s.sql for s in classified.statements], timeout, commit=False)
         )
         effects = self._effects(classified, outcome.row_counts)
@@ -252,7 +252,7 @@ class SqlService:
         prepared = prepare_records(table, records)
         id_column = table.primary_key[0] if len(table.primary_key) == 1 else None
         timeout = self.limits.timeout_ms
-        ids = await anyio.to_thread.run_sync(lambda: self.database.insert(table.name, prepared, id_column, timeout))
+        ids = await run_interruptible(lambda: self.database.insert(table.name, prepared, id_column, timeout))
         result = InsertResult(table=table.name, inserted=len(ids), ids=ids, id_column=id_column)
         shown = f"; new {id_column}: {', '.join(str(i) for i in ids[:50])}" if id_column else ""
         return f"Inserted {len(ids)} row(s) into {table.name}{shown}.", result

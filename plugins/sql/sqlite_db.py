@@ -2,14 +2,15 @@
 
 Time limits use a progress handler: SQLite calls it every few thousand virtual-machine
 instructions, including while rows are fetched, and a non-zero return interrupts the
-statement. Reads open the file with `mode=ro`, so they cannot write whatever they call.
+statement. The same handler, and `Connection.interrupt`, stop the statement of a call that was
+cancelled (`interrupt.py`). Reads open the file with `mode=ro`, so they cannot write whatever they call.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,12 +18,21 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 from .database import DatabaseError, QueryTimeout, Rows, WriteOutcome
+from .interrupt import Interrupt, QueryInterrupted, interruptible
 from .schema import Column, ForeignKey, Index, Schema, Table
 
 __all__ = ["SqliteDatabase"]
 
 _PROGRESS_STEPS = 1000
 """Virtual-machine instructions between two looks at the clock: about a few microseconds of work."""
+
+
+def _stopper(deadline: float, interrupt: Interrupt | None) -> Callable[[], int]:
+    """The progress handler: non-zero (stop) past the deadline or once the call's interrupt fired (which
+    also catches a statement that started just after `Connection.interrupt`, which only stops running ones)."""
+    if interrupt is None:
+        return lambda: int(time.monotonic() > deadline)
+    return lambda: int(interrupt.fired or time.monotonic() > deadline)
 
 
 def _quote(name: str) -> str:
@@ -50,12 +60,15 @@ class SqliteDatabase:
         except sqlite3.Error as error:
             raise DatabaseError(f"cannot open the SQLite database {self.path}: {error}") from None
         deadline = time.monotonic() + timeout_ms / 1000
-        connection.set_progress_handler(lambda: int(time.monotonic() > deadline), _PROGRESS_STEPS)
-        # A value is bounded as SQLite builds it (zeroblob(200000000) fails at once), not after the fact.
-        connection.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, self.max_value_bytes)
+        interrupt: Interrupt | None = None
         try:
-            connection.execute("PRAGMA foreign_keys = ON")
-            yield connection
+            # A cancelled call stops its statement at once (`interrupt.py`), its time limit at the deadline.
+            with interruptible(connection.interrupt) as interrupt:
+                connection.set_progress_handler(_stopper(deadline, interrupt), _PROGRESS_STEPS)
+                # A value is bounded as SQLite builds it (zeroblob(200000000) fails at once), not after the fact.
+                connection.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, self.max_value_bytes)
+                connection.execute("PRAGMA foreign_keys = ON")
+                yield connection
         except sqlite3.DataError as error:
             if "too big" in str(error):
                 raise DatabaseError(
@@ -65,6 +78,8 @@ class SqliteDatabase:
             raise DatabaseError(str(error)) from None
         except sqlite3.OperationalError as error:
             if str(error) == "interrupted":
+                if interrupt is not None and interrupt.fired:
+                    raise QueryInterrupted("the statement was stopped: its call was cancelled") from None
                 raise QueryTimeout(f"the statement was stopped after its time limit of {timeout_ms} ms") from None
             raise DatabaseError(str(error)) from None
         except sqlite3.Error as error:
