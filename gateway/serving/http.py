@@ -49,7 +49,8 @@ from gateway.serving.connect import CALLBACK_PATH, Connector, connect_routes
 from gateway.serving.connections import guarded_protocol
 from gateway.serving.deferred_responses import deferring_http_app
 from gateway.serving.drain import Drain
-from gateway.serving.exposure import NO_TOOL_FITS, openai_function, tool_payload, unknown_mode
+from gateway.serving.exposure import GATEWAY_TOOL_NAMES, NO_TOOL_FITS, openai_function, tool_payload, unknown_mode
+from gateway.serving.lean_path import LeanPath
 from gateway.serving.server import GatewayServer
 
 __all__ = [
@@ -260,6 +261,7 @@ def build_http_app(gateway: GatewayServer, settings: Settings, *, admin: bool = 
         public_paths += (CALLBACK_PATH,)
     # The health routes skip the Host check and authentication (`http_guard.PUBLIC_PATHS`):
     # load balancers probe by IP address, without credentials.
+    app: ASGIApp
     if settings.http.response_mode == "auto":  # a JSON body for a quick answer (`deferred_responses`)
         app = deferring_http_app(
             gateway.server,
@@ -273,6 +275,16 @@ def build_http_app(gateway: GatewayServer, settings: Settings, *, admin: bool = 
             routes=list(routes),
             window=settings.http.response_window,
         )
+        if settings.http.lean_path and not settings.http.stateless:  # the hot requests on the gateway's own path
+            app = LeanPath(
+                app,
+                gateway.server,
+                gateway.server.session_manager,
+                path=settings.http.path,
+                window=settings.http.response_window,
+                own_tools=GATEWAY_TOOL_NAMES,
+                catalog=gateway.registry.catalog,
+            )
     else:
         app = gateway.server.streamable_http_app(
             streamable_http_path=settings.http.path,
