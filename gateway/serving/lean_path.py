@@ -16,7 +16,10 @@ itself when it can do so exactly as the SDK would:
   runs the server's middleware and the gateway's own handler in the request's task, and writes
   the answer as `application/json` with orjson.
 
-Everything else goes to the SDK's app unchanged, with the body replayed: the handshake,
+The lean path learns a session (its `Connection` and dispatcher) from a request or notification
+the SDK served on it, through a server middleware: a request that arrives before then (right
+after the handshake, whose `notifications/initialized` is answered before it is handled) is
+the SDK's. Everything else goes to the SDK's app unchanged, with the body replayed: the handshake,
 notifications and responses, GET and DELETE, unknown sessions, batches, bad JSON, params the
 SDK refuses (so its error is the error), 2026-07-28 requests and stateless HTTP.
 
@@ -52,7 +55,7 @@ from mcp.server.session import ServerSession
 from mcp.server.streamable_http import REQUEST_CANCELLED, REQUEST_STREAM_BUFFER_SIZE, EventMessage
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.dispatcher import CallOptions
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPError, NoBackChannelError
 from mcp.shared.jsonrpc_dispatcher import (
     JSONRPCDispatcher,
     _InFlight,
@@ -61,7 +64,7 @@ from mcp.shared.jsonrpc_dispatcher import (
     progress_token_from_params,
 )
 from mcp.shared.transport_context import TransportContext
-from mcp_types import ErrorData, RequestParams, RequestParamsMeta
+from mcp_types import INTERNAL_ERROR, ErrorData, RequestParams, RequestParamsMeta
 from mcp_types import methods as spec_methods
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ValidationError
@@ -178,8 +181,6 @@ class _LeanDispatch:
         self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
     ) -> dict[str, Any]:
         if self.closed:
-            from mcp.shared.exceptions import NoBackChannelError
-
             raise NoBackChannelError(method)
         self._forward_related()
         return await self._session.dispatcher.send_raw_request(
@@ -469,8 +470,6 @@ def _serialize(method: str, version: str, result: HandlerResult) -> dict[str, An
         return spec_methods.serialize_server_result(method, version, dumped)
     except ValidationError:
         logger.exception("handler for %r returned an invalid result", method)
-        from mcp_types import INTERNAL_ERROR
-
         raise MCPError(code=INTERNAL_ERROR, message="Handler returned an invalid result") from None
 
 
