@@ -39,9 +39,11 @@ Reaching into the SDK (mcp 2.3, pinned below 2.4): the session manager's `_serve
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -102,7 +104,7 @@ class _Answer:
     def __init__(self, send: Send, session_id: bytes) -> None:
         self._send = send
         self._session_id = session_id
-        self._lock = anyio.Lock()
+        self._lock = asyncio.Lock()  # asyncio's own primitives: anyio's look the backend up on every creation
         self.streaming = False
         self.done = False
 
@@ -153,12 +155,11 @@ class _LeanDispatch:
         self._progress_token = progress_token_from_params(params)
         self._session = session
         self._answer = answer
-        self._forwarding = False
         self.transport = TransportContext(kind="streamable-http", can_send_request=True)
         self.message_metadata = None
-        self.cancel_requested = anyio.Event()
+        self.cancel_requested = asyncio.Event()
         self.closed = False
-        self.task_group: anyio.abc.TaskGroup | None = None
+        self._forwarder: asyncio.Task[None] | None = None
 
     @property
     def request_id(self) -> Any:
@@ -199,13 +200,11 @@ class _LeanDispatch:
 
     def _forward_related(self) -> None:
         """Have the transport route what the dispatcher sends for this request to the answer."""
-        if self._forwarding:
+        if self._forwarder is not None:
             return
-        self._forwarding = True
         key = str(self._request_id)
         streams = anyio.create_memory_object_stream[EventMessage](REQUEST_STREAM_BUFFER_SIZE)
         self._session.transport._request_streams[key] = streams
-        assert self.task_group is not None
 
         async def forward() -> None:
             try:
@@ -215,14 +214,17 @@ class _LeanDispatch:
                 if self._session.transport._request_streams.get(key) is streams:
                     del self._session.transport._request_streams[key]
 
-        self.task_group.start_soon(forward)
+        self._forwarder = asyncio.get_running_loop().create_task(forward())
 
     async def close(self) -> None:
+        """No more messages for this request: what was routed here already is forwarded first."""
         self.closed = True
-        if self._forwarding:
+        if self._forwarder is not None:
             streams = self._session.transport._request_streams.pop(str(self._request_id), None)
             if streams is not None:
                 await streams[0].aclose()
+            with suppress(Exception):  # a client gone mid-stream: the answer goes nowhere either
+                await self._forwarder
 
 
 class LeanPath:
@@ -357,39 +359,40 @@ class LeanPath:
         in_flight, key = session.dispatcher._in_flight, coerce_request_id(hot.id)
         in_flight[key] = _InFlight(scope=call_scope, dctx=channel)  # type: ignore[arg-type]  # the client may cancel it
         outcome: dict[str, Any] | None = None
-        hung_up = False
+        watcher = asyncio.get_running_loop().create_task(self._watch(receive, answer, call_scope))
         try:
-            async with anyio.create_task_group() as tg:
-                channel.task_group = tg
-
-                async def watch() -> None:
-                    """Notice the client hanging up (cancel the call); open the stream when silent."""
-                    nonlocal hung_up
-                    while True:
-                        with anyio.move_on_after(self.window):
-                            message = await receive()
-                            if message["type"] == "http.disconnect":
-                                hung_up = True
-                                call_scope.cancel()
-                                return
-                            continue
-                        await answer.ping()
-
-                tg.start_soon(watch)
-                with call_scope:
-                    outcome = await _outcome(call, ctx, hot)
-                await channel.close()
-                tg.cancel_scope.cancel()
+            with call_scope:
+                outcome = await _outcome(call, ctx, hot)
         finally:
+            watcher.cancel()
+            await channel.close()
             entry = in_flight.get(key)
             if entry is not None and entry.dctx is channel:  # type: ignore[comparison-overlap]
                 del in_flight[key]
-        if hung_up:
-            return
+        if watcher.done() and not watcher.cancelled() and watcher.result():
+            return  # the client hung up: nobody to answer
         if channel.cancel_requested.is_set() or outcome is None:
             error = {"code": REQUEST_CANCELLED, "message": "Request cancelled"}
             outcome = {"jsonrpc": "2.0", "id": hot.id, "error": error}
         await answer.finish(outcome)
+
+    async def _watch(self, receive: Receive, answer: _Answer, call: anyio.CancelScope) -> bool:
+        """Until cancelled: notice the client hanging up (cancel the call, True); open the stream
+        with a ping each `window` the call stays silent."""
+        while True:
+            try:
+                async with asyncio.timeout(self.window):
+                    message = await receive()
+            except TimeoutError:
+                try:
+                    await answer.ping()
+                except OSError:
+                    call.cancel()
+                    return True
+                continue
+            if message["type"] == "http.disconnect":
+                call.cancel()
+                return True
 
 
 @dataclass(slots=True)
