@@ -106,7 +106,6 @@ class _Answer:
         self._session_id = session_id
         self._lock = asyncio.Lock()  # asyncio's own primitives: anyio's look the backend up on every creation
         self.streaming = False
-        self.done = False
 
     async def _open_stream(self) -> None:
         if not self.streaming:
@@ -130,7 +129,6 @@ class _Answer:
         """The request's answer: the last event of a stream, else the whole JSON body."""
         body = orjson.dumps(message)
         async with self._lock:
-            self.done = True
             if self.streaming:
                 data = b"event: message\r\ndata: " + body + b"\r\n\r\n"
                 await self._send({"type": "http.response.body", "body": data, "more_body": False})
@@ -251,7 +249,7 @@ class LeanPath:
         self.catalog = catalog
         self.sessions: dict[str, _Session] = {}
         self.served = 0
-        """Requests answered on this path (a test reads it to know which path served)."""
+        """Requests answered on this path (each also logged at DEBUG, which the tests read)."""
         server.middleware.append(self._note_session)
 
     # ---- noting sessions as the SDK serves them --------------------------------------------
