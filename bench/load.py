@@ -34,7 +34,10 @@ cell opens N sessions, makes one unmeasured call on each, then calls for `--seco
 reports calls/s, p50 and p99 latency, errors, and the CPU milliseconds per call of every
 process involved: the load generator itself, the gateway, the proxy, the upstream (for the
 stdio paths, the child of the gateway or the proxy), each read from `/proc/<pid>/stat`
-(utime + stime) before and after the window.
+(utime + stime) before and after the window. After the table, same-run ratios: for each
+path and level the median over rounds of its calls/s against direct's and FastMCP's in the
+same round, and of its hop's CPU per call (gateway or proxy) against the upstream's own CPU
+per call on the direct path.
 
 `--soak SECONDS` instead calls the gateway at a steady `--rate` for that long and samples
 its RSS (`/proc/<pid>/status` VmRSS) and open file descriptors (`/proc/<pid>/fd`) every
@@ -64,6 +67,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +107,8 @@ class Cell:
     cpu: dict[str, float] = field(default_factory=dict)
     """Role -> CPU milliseconds over the measured windows."""
     first_error: str = ""
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    """Each round's calls/s and CPU milliseconds per call by role, for same-run ratios."""
 
     def row(self) -> dict[str, Any]:
         lat = sorted(self.latencies)
@@ -121,6 +127,7 @@ class Cell:
             "cpu_total_ms_per_call": round(sum(ms for _, ms in cpu) / self.calls, 3) if self.calls else None,
             "cpu_ms_per_call": {role: round(ms / self.calls, 3) if self.calls else None for role, ms in cpu},
             "first_error": self.first_error,
+            "rounds": self.rounds,
         }
 
 
@@ -176,11 +183,17 @@ async def run_cell(target: Target, n: int, seconds: float, cell: Cell) -> None:
                 cell.latencies.append((time.perf_counter() - t0) * 1000)
                 cell.calls += 1
 
+        calls_before = cell.calls
         await asyncio.gather(*(worker(s, k) for k, s in enumerate(sessions)))
-        cell.seconds += time.perf_counter() - started
+        elapsed = time.perf_counter() - started
+        cell.seconds += elapsed
         after = _cpu_snapshot(target)
         for role, ms in after.items():
             cell.cpu[role] = cell.cpu.get(role, 0.0) + ms - before[role]
+        calls = cell.calls - calls_before
+        if calls:
+            cpu = {role: round((ms - before[role]) / calls, 3) for role, ms in after.items()}
+            cell.rounds.append({"calls_per_s": round(calls / elapsed, 1), "cpu_ms_per_call": cpu})
     finally:
         await asyncio.gather(*(s.close() for s in sessions))
 
@@ -342,6 +355,53 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             print(f"first error {row['transport']}/{row['path']} x{row['sessions']}: {row['first_error']}")
 
 
+def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Same-run ratios, the median over rounds (round i of a path against round i of the other):
+    calls/s against direct's and FastMCP's, and the hop's CPU per call (the gateway's or the
+    proxy's process) against the upstream's own CPU per call when called directly."""
+    by = {(r["transport"], r["sessions"], r["path"]): r["rounds"] for r in rows}
+    out = []
+    for row in rows:
+        if row["path"] == "direct":
+            continue
+        key = (row["transport"], row["sessions"])
+        direct, peer = by.get((*key, "direct"), []), by.get((*key, "fastmcp"), [])
+        mine = row["rounds"]
+        hop = "gateway" if row["path"].startswith("gateway") else "proxy"
+        entry: dict[str, Any] = {"transport": row["transport"], "sessions": row["sessions"], "path": row["path"]}
+        entry["of_direct"] = _median_ratio(mine, direct, lambda r: r["calls_per_s"], lambda r: r["calls_per_s"])
+        if row["path"] != "fastmcp":
+            entry["of_fastmcp"] = _median_ratio(mine, peer, lambda r: r["calls_per_s"], lambda r: r["calls_per_s"])
+        entry["cpu_of_upstream"] = _median_ratio(mine, direct, partial(_cpu_of, hop), partial(_cpu_of, "upstream"))
+        out.append(entry)
+    return out
+
+
+def _cpu_of(role: str, round_: dict[str, Any]) -> float | None:
+    value: float | None = round_["cpu_ms_per_call"].get(role)
+    return value
+
+
+def _median_ratio(mine: list[dict[str, Any]], theirs: list[dict[str, Any]], top: Any, bottom: Any) -> float | None:
+    pairs = [(top(a), bottom(b)) for a, b in zip(mine, theirs, strict=False)]
+    values = sorted(t / b for t, b in pairs if t is not None and b)
+    if not values:
+        return None
+    middle = len(values) // 2
+    median = values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+    return round(median, 3)
+
+
+def print_ratios(entries: list[dict[str, Any]]) -> None:
+    print("same-run ratios, median over rounds (calls/s of direct, of FastMCP's; hop CPU/call of the upstream's own):")
+    for e in entries:
+        peer = f" {_num(e.get('of_fastmcp'), 6, 2)}x fastmcp" if "of_fastmcp" in e else ""
+        print(
+            f"  {e['transport']:5} {e['path']:13} N={e['sessions']:<4} {_num(e['of_direct'], 6, 2)}x direct{peer}"
+            f"  cpu {_num(e['cpu_of_upstream'], 6, 2)}x upstream"
+        )
+
+
 def print_soak(result: dict[str, Any]) -> None:
     row = result["row"]
     print(
@@ -390,6 +450,7 @@ async def _run(args: argparse.Namespace, processes: Processes) -> dict[str, Any]
                 "rounds": args.rounds,
             }
             result["rows"] = _with_added_latency([cell.row() for cell in await run_matrix(args, targets)])
+            result["ratios"] = ratios(result["rows"])
         result["machine_end"] = machine()
         result["pids"] = processes.pids()
         return result
@@ -506,6 +567,7 @@ def main(argv: list[str] | None = None) -> None:
             f" start {result['machine_start']}, end loadavg {result['machine_end']['loadavg']}"
         )
         print_table(result["rows"])
+        print_ratios(result["ratios"])
     if args.json:
         print(json.dumps(result))
 

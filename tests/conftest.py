@@ -53,6 +53,20 @@ ONE_WORKER_MODULES = frozenset(
 """Test modules that one pytest-xdist worker runs whole: their module fixtures start once."""
 
 
+LEAN_PATH_OFF = "GATEWAY_HTTP__LEAN_PATH"
+"""The one setting that turns the HTTP lean path off (`gateway.serving.lean_path`)."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--lean-path",
+        choices=("on", "off"),
+        default="on",
+        help="off: every gateway these tests start, in process or as a child, leaves every request to the "
+        "SDK's transport (GATEWAY_HTTP__LEAN_PATH=false); the same tests must pass both ways",
+    )
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """`-n N` (xdist's `--dist load`): tests go one by one to whichever worker is free, except
@@ -79,12 +93,15 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _private_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+def _private_data_dir(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[None]:
     """In-process commands keep their data (tool fingerprints, embedding cache) out of the user's home,
-    and serve only the plugins of the directory a test names, not the installed built-ins."""
+    and serve only the plugins of the directory a test names, not the installed built-ins. With
+    `--lean-path off`, every gateway leaves every request to the SDK's transport."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("GATEWAY_DATA_DIR", str(tmp_path_factory.mktemp("data")))
         patch.setenv("GATEWAY_PLUGINS__ENTRY_POINTS", "false")
+        if request.config.getoption("lean_path") == "off":
+            patch.setenv(LEAN_PATH_OFF, "false")
         yield
 
 
@@ -245,7 +262,7 @@ in the background; a test that searches, ranks or reads the router's metrics kee
 
 def gateway_env(tmp_path: Path, *, plugins_dir: Path = FIXTURE_PLUGINS) -> dict[str, str]:
     """Environment for a gateway child: its own data dir and the test plugin directory (its only plugins)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_") or k == LEAN_PATH_OFF}
     env.update(
         {
             "GATEWAY_DATA_DIR": str(tmp_path / "data"),

@@ -94,6 +94,15 @@ def test_a_short_run_reports_every_path_over_http_and_stdio_and_stops_its_proces
     for transport in ("http", "stdio"):  # the gateway works for every call: its CPU shows over a window
         assert sum(rows[(transport, "gateway", n)]["cpu_ms_per_call"]["gateway"] for n in (1, 3)) > 0
     assert "calls/s" in done.stdout and "p99 ms" in done.stdout
+    ratios = {(e["transport"], e["path"], e["sessions"]): e for e in result["ratios"]}
+    assert set(ratios) == {(t, p, n) for t in ("http", "stdio") for p in ("gateway", "fastmcp") for n in (1, 3)}
+    for key, entry in ratios.items():  # one round: each ratio is that round's, from the rows' own figures
+        row, direct = rows[key], rows[(key[0], "direct", key[2])]
+        assert entry["of_direct"] == round(row["rounds"][0]["calls_per_s"] / direct["rounds"][0]["calls_per_s"], 3)
+        upstream = direct["rounds"][0]["cpu_ms_per_call"]["upstream"]  # 0 only if /proc's 10 ms ticks missed it
+        assert entry["cpu_of_upstream"] is None if not upstream else entry["cpu_of_upstream"] >= 0, key
+        assert ("of_fastmcp" in entry) == (key[1] == "gateway"), key
+    assert "same-run ratios" in done.stdout
     _assert_all_stopped(marker, result["pids"])
 
 

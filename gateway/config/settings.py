@@ -191,6 +191,15 @@ class HttpSettings(BaseModel):
             "auto`), and between pings on that stream: no client waits longer than this without bytes."
         ),
     )
+    lean_path: bool = Field(
+        default=True,
+        description=(
+            "Serve the hot requests of a session (`tools/call`, `tools/list`, `resources/read`, `prompts/get`) "
+            "on the gateway's own path in front of the SDK's transport (`gateway.serving.lean_path`: "
+            "less CPU per call, the same answers); `false` leaves every request to the SDK. Used with "
+            "`response_mode: auto` and sessions (not `stateless`)."
+        ),
+    )
     drain_seconds: float = Field(
         default=30.0,
         ge=0,

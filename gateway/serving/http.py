@@ -49,7 +49,8 @@ from gateway.serving.connect import CALLBACK_PATH, Connector, connect_routes
 from gateway.serving.connections import guarded_protocol
 from gateway.serving.deferred_responses import deferring_http_app
 from gateway.serving.drain import Drain
-from gateway.serving.exposure import NO_TOOL_FITS, openai_function, tool_payload, unknown_mode
+from gateway.serving.exposure import GATEWAY_TOOL_NAMES, NO_TOOL_FITS, openai_function, tool_payload, unknown_mode
+from gateway.serving.lean_path import LeanPath
 from gateway.serving.server import GatewayServer
 
 __all__ = [
@@ -261,7 +262,7 @@ def build_http_app(gateway: GatewayServer, settings: Settings, *, admin: bool = 
     # The health routes skip the Host check and authentication (`http_guard.PUBLIC_PATHS`):
     # load balancers probe by IP address, without credentials.
     # `auto`: a JSON body for a quick answer; both modes: a hung-up client's request cancelled (`deferred_responses`)
-    app = deferring_http_app(
+    app: ASGIApp = deferring_http_app(
         gateway.server,
         path=settings.http.path,
         stateless=settings.http.stateless,
@@ -274,6 +275,17 @@ def build_http_app(gateway: GatewayServer, settings: Settings, *, admin: bool = 
         window=settings.http.response_window,
         json_first=settings.http.response_mode == "auto",
     )
+    lean = settings.http.lean_path and settings.http.response_mode == "auto" and not settings.http.stateless
+    if lean:  # the hot requests of an open session on the gateway's own path (`lean_path`)
+        app = LeanPath(
+            app,
+            gateway.server,
+            gateway.server.session_manager,
+            path=settings.http.path,
+            window=settings.http.response_window,
+            own_tools=GATEWAY_TOOL_NAMES,
+            catalog=gateway.registry.catalog,
+        )
     if not settings.http.stateless:
         gateway.registry.metrics.watch_sessions(partial(open_sessions, gateway.server.session_manager))
     authenticator = Authenticator(gateway.auth) if gateway.auth.enabled else None

@@ -1,0 +1,514 @@
+"""The lean path: the hot requests of a streamable-HTTP session served without the SDK's transport.
+
+Profiled under `bench/load.py`, most of what the gateway spends on a proxied call over HTTP is
+machinery around the call rather than the call: Starlette's routing, the SDK's 2025-era transport
+(validating the message into pydantic models, a memory stream into the session's dispatcher, a
+task per request, a memory stream back, a response built by Starlette). `LeanPath` sits in front
+of that app (behind `gateway.security.http_guard`, which has already checked Host/Origin,
+credentials, scopes' holder, rate limits and body size) and serves one POSTed JSON-RPC request
+itself when it can do so exactly as the SDK would:
+
+- a `tools/call`, `tools/list`, `resources/read` or `prompts/get` request, alone in its body
+  (no batch), on an open handshake-era session (`Mcp-Session-Id`) whose handshake is done, by
+  the credential that opened it, accepting both JSON and SSE, with params the SDK accepts, not
+  task-augmented, not one of the gateway's own tools (search may ask the client's model);
+- it parses the body once (orjson), validates the params as the SDK does (the same models),
+  runs the server's middleware and the gateway's own handler in the request's task, and writes
+  the answer as `application/json` with orjson.
+
+The lean path learns a session (its `Connection` and dispatcher) from a request or notification
+the SDK served on it, through a server middleware: a request that arrives before then (right
+after the handshake, whose `notifications/initialized` is answered before it is handled) is
+the SDK's. Everything else goes to the SDK's app unchanged, with the body replayed: the handshake,
+notifications and responses, GET and DELETE, unknown sessions, batches, bad JSON, params the
+SDK refuses (so its error is the error), 2026-07-28 requests and stateless HTTP.
+
+What the SDK would put on the request's SSE stream is honoured: a notification the call emits
+(progress, an upstream's log line) or a request it makes of the client (sampling, elicitation,
+roots, through the session's own dispatcher, whose answer comes back on another POST) turns the
+answer into a `text/event-stream`, as `gateway.serving.deferred_responses` does, and so does a
+call still silent after `window` seconds (then pinged every `window`). A client that hangs up
+cancels its call (recorded `cancelled`; the upstream call is cancelled); a client that cancels
+the request with `notifications/cancelled` gets the SDK's `REQUEST_CANCELLED` answer.
+
+Reaching into the SDK (mcp 2.3, pinned below 2.4): the session manager's `_server_instances` and
+`_session_owners`, the transport's idle accounting (`idle_scope`, `_requests_in_flight`,
+`_idle_timeout`) and `_request_streams`, the dispatcher's `_in_flight` table (`_InFlight`) and
+`send_raw_request(..., _related_request_id=)`. `tests/test_lean_path.py` fails when they change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Mapping
+from contextlib import suppress
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import anyio
+import orjson
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorization_context
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.lowlevel.server import Server
+from mcp.server.session import ServerSession
+from mcp.server.streamable_http import REQUEST_CANCELLED, REQUEST_STREAM_BUFFER_SIZE, EventMessage
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.dispatcher import CallOptions
+from mcp.shared.exceptions import MCPError, NoBackChannelError
+from mcp.shared.jsonrpc_dispatcher import (
+    JSONRPCDispatcher,
+    _InFlight,
+    coerce_request_id,
+    handler_exception_to_error_data,
+    progress_token_from_params,
+)
+from mcp.shared.transport_context import TransportContext
+from mcp_types import INTERNAL_ERROR, ErrorData, RequestParams, RequestParamsMeta
+from mcp_types import methods as spec_methods
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+__all__ = ["HOT_METHODS", "LeanPath"]
+
+logger = logging.getLogger(__name__)
+
+HOT_METHODS = frozenset({"tools/call", "tools/list", "resources/read", "prompts/get"})
+"""The requests the lean path serves; every other one is the SDK's."""
+
+_REQUEST_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
+_SSE_HEADERS = [
+    (b"cache-control", b"no-cache, no-transform"),
+    (b"connection", b"keep-alive"),
+    (b"content-type", b"text/event-stream"),
+]
+
+
+@dataclass(slots=True)
+class _Session:
+    """What the lean path needs of one open session, noted from a request the SDK served on it."""
+
+    transport: Any
+    connection: Any
+    dispatcher: JSONRPCDispatcher[Any]
+    lifespan_state: Any
+
+
+class _Answer:
+    """The HTTP answer to one lean request: a JSON body, or an SSE stream once anything comes first."""
+
+    def __init__(self, send: Send, session_id: bytes) -> None:
+        self._send = send
+        self._session_id = session_id
+        self._lock = asyncio.Lock()  # asyncio's own primitives: anyio's look the backend up on every creation
+        self.streaming = False
+
+    async def _open_stream(self) -> None:
+        if not self.streaming:
+            self.streaming = True
+            headers = [*_SSE_HEADERS, (b"mcp-session-id", self._session_id)]
+            await self._send({"type": "http.response.start", "status": 200, "headers": headers})
+
+    async def event(self, message: Mapping[str, Any]) -> None:
+        """One message on the request's stream (sse-starlette's framing, as the SDK's)."""
+        async with self._lock:
+            await self._open_stream()
+            data = b"event: message\r\ndata: " + orjson.dumps(message) + b"\r\n\r\n"
+            await self._send({"type": "http.response.body", "body": data, "more_body": True})
+
+    async def ping(self) -> None:
+        async with self._lock:
+            await self._open_stream()
+            await self._send({"type": "http.response.body", "body": b": ping\r\n\r\n", "more_body": True})
+
+    async def finish(self, message: Mapping[str, Any]) -> None:
+        """The request's answer: the last event of a stream, else the whole JSON body."""
+        body = orjson.dumps(message)
+        async with self._lock:
+            if self.streaming:
+                data = b"event: message\r\ndata: " + body + b"\r\n\r\n"
+                await self._send({"type": "http.response.body", "body": data, "more_body": False})
+                return
+            headers = [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"mcp-session-id", self._session_id),
+            ]
+            await self._send({"type": "http.response.start", "status": 200, "headers": headers})
+            await self._send({"type": "http.response.body", "body": body})
+
+
+class _LeanDispatch:
+    """The request-scoped channel a handler's `ServerSession` talks through (the SDK's
+    `DispatchContext`): notifications go on the answer's stream; a request of the client goes
+    through the session's own dispatcher, related to this request, so that the transport routes
+    it here and the client's answer (another POST) resolves it."""
+
+    def __init__(self, request_id: Any, params: Mapping[str, Any] | None, session: _Session, answer: _Answer) -> None:
+        self._request_id = request_id
+        self._progress_token = progress_token_from_params(params)
+        self._session = session
+        self._answer = answer
+        self.transport = TransportContext(kind="streamable-http", can_send_request=True)
+        self.message_metadata = None
+        self.cancel_requested = asyncio.Event()
+        self.closed = False
+        self._forwarder: asyncio.Task[None] | None = None
+
+    @property
+    def request_id(self) -> Any:
+        return self._request_id
+
+    @property
+    def can_send_request(self) -> bool:
+        return not self.closed
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None) -> None:
+        if self.closed:
+            logger.debug("dropped %s: the request was answered", method)
+            return
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        await self._answer.event(message)
+
+    async def send_raw_request(
+        self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
+    ) -> dict[str, Any]:
+        if self.closed:
+            raise NoBackChannelError(method)
+        self._forward_related()
+        return await self._session.dispatcher.send_raw_request(
+            method, params, opts, _related_request_id=self._request_id
+        )
+
+    async def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        if self._progress_token is None:
+            return
+        params: dict[str, Any] = {"progressToken": self._progress_token, "progress": progress}
+        if total is not None:
+            params["total"] = total
+        if message is not None:
+            params["message"] = message
+        await self.notify("notifications/progress", params)
+
+    def _forward_related(self) -> None:
+        """Have the transport route what the dispatcher sends for this request to the answer."""
+        if self._forwarder is not None:
+            return
+        key = str(self._request_id)
+        streams = anyio.create_memory_object_stream[EventMessage](REQUEST_STREAM_BUFFER_SIZE)
+        self._session.transport._request_streams[key] = streams
+
+        async def forward() -> None:
+            try:
+                async for item in streams[1]:
+                    await self._answer.event(item.message.model_dump(by_alias=True, mode="json", exclude_unset=True))
+            finally:
+                if self._session.transport._request_streams.get(key) is streams:
+                    del self._session.transport._request_streams[key]
+
+        self._forwarder = asyncio.get_running_loop().create_task(forward())
+
+    async def close(self) -> None:
+        """No more messages for this request: what was routed here already is forwarded first."""
+        self.closed = True
+        if self._forwarder is not None:
+            streams = self._session.transport._request_streams.pop(str(self._request_id), None)
+            if streams is not None:
+                await streams[0].aclose()
+            with suppress(Exception):  # a client gone mid-stream: the answer goes nowhere either
+                await self._forwarder
+
+
+class LeanPath:
+    """An ASGI layer before the SDK's streamable-HTTP app (see the module's docstring)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        server: Server[Any],
+        manager: StreamableHTTPSessionManager,
+        *,
+        path: str,
+        window: float,
+        own_tools: frozenset[str],
+        catalog: Any,
+    ) -> None:
+        self.app = app
+        self.server = server
+        self.manager = manager
+        self.path = path
+        self.window = window
+        self.own_tools = own_tools
+        """Tool names the gateway answers itself (search may ask the client's model): the SDK's."""
+        self.catalog = catalog
+        self.sessions: dict[str, _Session] = {}
+        self.served = 0
+        """Requests answered on this path (each also logged at DEBUG, which the tests read)."""
+        server.middleware.append(self._note_session)
+
+    # ---- noting sessions as the SDK serves them --------------------------------------------
+
+    async def _note_session(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        """A server middleware: remember the connection and dispatcher behind each session id."""
+        request = ctx.request
+        if isinstance(request, Request) and ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
+            session_id = request.headers.get("mcp-session-id")
+            if session_id is not None and session_id not in self.sessions:
+                self._note(session_id, ctx)
+        return await call_next(ctx)
+
+    def _note(self, session_id: str, ctx: ServerRequestContext[Any, Any]) -> None:
+        transport = self.manager._server_instances.get(session_id)
+        channel = getattr(ctx.session, "_request_outbound", None)
+        dispatcher = getattr(channel, "_dispatcher", None)
+        connection = getattr(ctx.session, "_connection", None)
+        if transport is None or connection is None or not isinstance(dispatcher, JSONRPCDispatcher):
+            return
+        if len(self.sessions) >= 2 * len(self.manager._server_instances) + 16:
+            for gone in [sid for sid in self.sessions if sid not in self.manager._server_instances]:
+                del self.sessions[gone]
+        self.sessions[session_id] = _Session(transport, connection, dispatcher, ctx.lifespan_context)
+
+    # ---- ASGI ----------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        session = self._session_for(scope) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if session is None:
+            await self.app(scope, receive, send)
+            return
+        messages: list[Message] = []
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                break
+        request = _hot_request(messages, self.server, session.connection.protocol_version, self)
+        if request is None:
+            await self.app(scope, _replaying(messages, receive), send)
+            return
+        self.served += 1
+        logger.debug("lean path: %s %r", request.method, request.id)
+        await self._serve(session, request, scope, receive, send)
+
+    def _session_for(self, scope: Scope) -> _Session | None:
+        """The open session a POST to the endpoint names, when the lean path may serve it."""
+        if scope["path"] != self.path:
+            return None
+        headers = _headers(scope)
+        session_id = headers.get(b"mcp-session-id")
+        if session_id is None:
+            return None
+        key = session_id.decode("latin-1")
+        session = self.sessions.get(key)
+        if session is None or self.manager._server_instances.get(key) is not session.transport:
+            return None
+        transport: Any = session.transport
+        if transport.is_terminated or (transport.idle_scope is not None and transport.idle_scope.cancel_called):
+            return None
+        user = scope.get("user")
+        requestor = authorization_context(user) if isinstance(user, AuthenticatedUser) else None
+        if requestor != self.manager._session_owners.get(key):
+            return None
+        connection = session.connection
+        version = headers.get(b"mcp-protocol-version")
+        if version is not None and version.decode("latin-1") != connection.protocol_version:
+            return None
+        if not connection.initialize_accepted or connection.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
+            return None
+        if not _is_json(headers.get(b"content-type", b"")) or not _accepts_both(headers.get(b"accept", b"")):
+            return None
+        return session
+
+    async def _serve(self, session: _Session, request: _Hot, scope: Scope, receive: Receive, send: Send) -> None:
+        transport = session.transport
+        idle = transport.idle_scope if transport._idle_timeout is not None else None
+        if idle is not None:  # a request in flight holds the session, as in the transport's handle_request
+            transport._requests_in_flight += 1
+            idle.deadline = math.inf
+        try:
+            await self._answer(session, request, scope, receive, send)
+        finally:
+            if idle is not None:
+                transport._requests_in_flight -= 1
+                if not transport._requests_in_flight:
+                    idle.deadline = anyio.current_time() + transport._idle_timeout
+
+    async def _answer(self, session: _Session, hot: _Hot, scope: Scope, receive: Receive, send: Send) -> None:
+        answer = _Answer(send, session.transport.mcp_session_id.encode("latin-1"))
+        channel = _LeanDispatch(hot.id, hot.params, session, answer)
+        ctx = ServerRequestContext(
+            session=ServerSession(channel, session.connection, request_meta=hot.meta),  # type: ignore[arg-type]
+            lifespan_context=session.lifespan_state,
+            protocol_version=session.connection.protocol_version,
+            method=hot.method,
+            params=hot.params,
+            request_id=hot.id,
+            meta=hot.meta,
+            request=Request(scope, receive),
+        )
+        call = _compose(self.server.middleware, partial(_run_handler, hot))
+        call_scope = anyio.CancelScope()
+        in_flight, key = session.dispatcher._in_flight, coerce_request_id(hot.id)
+        in_flight[key] = _InFlight(scope=call_scope, dctx=channel)  # type: ignore[arg-type]  # the client may cancel it
+        outcome: dict[str, Any] | None = None
+        watcher = asyncio.get_running_loop().create_task(self._watch(receive, answer, call_scope))
+        try:
+            with call_scope:
+                outcome = await _outcome(call, ctx, hot)
+        finally:
+            watcher.cancel()
+            await channel.close()
+            entry = in_flight.get(key)
+            if entry is not None and entry.dctx is channel:  # type: ignore[comparison-overlap]
+                del in_flight[key]
+        if watcher.done() and not watcher.cancelled() and watcher.result():
+            return  # the client hung up: nobody to answer
+        if channel.cancel_requested.is_set() or outcome is None:
+            error = {"code": REQUEST_CANCELLED, "message": "Request cancelled"}
+            outcome = {"jsonrpc": "2.0", "id": hot.id, "error": error}
+        await answer.finish(outcome)
+
+    async def _watch(self, receive: Receive, answer: _Answer, call: anyio.CancelScope) -> bool:
+        """Until cancelled: notice the client hanging up (cancel the call, True); open the stream
+        with a ping each `window` the call stays silent."""
+        while True:
+            try:
+                async with asyncio.timeout(self.window):
+                    message = await receive()
+            except TimeoutError:
+                try:
+                    await answer.ping()
+                except OSError:
+                    call.cancel()
+                    return True
+                continue
+            if message["type"] == "http.disconnect":
+                call.cancel()
+                return True
+
+
+@dataclass(slots=True)
+class _Hot:
+    id: str | int
+    method: str
+    params: dict[str, Any] | None
+    meta: RequestParamsMeta | None
+    typed: BaseModel
+    handler: Any
+
+
+def _hot_request(messages: list[Message], server: Server[Any], version: str, lean: LeanPath) -> _Hot | None:
+    """The one hot request in this body, its params validated as the SDK validates them; None: the SDK's."""
+    if messages[-1]["type"] != "http.request":
+        return None
+    body = b"".join(m.get("body", b"") for m in messages)
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(data, dict) or data.get("jsonrpc") != "2.0" or not data.keys() <= _REQUEST_KEYS:
+        return None
+    method, request_id, params = data.get("method"), data.get("id"), data.get("params")
+    if method not in HOT_METHODS or isinstance(request_id, bool) or not isinstance(request_id, int | str):
+        return None
+    if params is not None and (not isinstance(params, dict) or "task" in params):
+        return None
+    if method == "tools/call" and params is not None:
+        name = params.get("name")
+        if name in lean.own_tools and name not in lean.catalog.tools:
+            return None
+    entry = server.get_request_handler(method)
+    if entry is None:
+        return None
+    try:
+        spec_methods.validate_client_request(method, version, params)
+        typed = entry.params_type.model_validate({} if params is None else params, by_name=False)
+        meta = RequestParams.model_validate(params, by_name=False).meta if params and "_meta" in params else None
+    except (ValidationError, KeyError, ValueError):
+        return None
+    return _Hot(request_id, method, params, meta, typed, entry.handler)
+
+
+async def _run_handler(hot: _Hot, ctx: ServerRequestContext[Any, Any]) -> HandlerResult:
+    """The SDK runner's innermost step, past the validation `_hot_request` did."""
+    result = await hot.handler(ctx, hot.typed)
+    if isinstance(result, ErrorData):
+        raise MCPError.from_error_data(result)
+    return result
+
+
+async def _outcome(call: CallNext, ctx: ServerRequestContext[Any, Any], hot: _Hot) -> dict[str, Any]:
+    """The JSON-RPC answer: the result shaped as the SDK's runner shapes it, or its error."""
+    try:
+        result = await call(ctx)
+        return {"jsonrpc": "2.0", "id": hot.id, "result": _serialize(hot.method, ctx.protocol_version, result)}
+    except MCPError as exc:
+        error = exc.error
+    except Exception as exc:  # the SDK dispatcher's boundary, same answer
+        found = handler_exception_to_error_data(exc)
+        if found is None:
+            logger.exception("handler for %r raised", hot.method)
+            found = ErrorData(code=0, message=str(exc))
+        error = found
+    dumped = error.model_dump(by_alias=True, mode="json", exclude_unset=True)
+    return {"jsonrpc": "2.0", "id": hot.id, "error": dumped}
+
+
+def _serialize(method: str, version: str, result: HandlerResult) -> dict[str, Any]:
+    """The runner's shaping for a handshake-era core result (`ServerRunner._serialize`): the
+    per-version surface (fields that version lacks dropped) and nothing else."""
+    if isinstance(result, BaseModel):
+        dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+    else:
+        dumped = dict(result or {})
+    try:
+        return spec_methods.serialize_server_result(method, version, dumped)
+    except ValidationError:
+        logger.exception("handler for %r returned an invalid result", method)
+        raise MCPError(code=INTERNAL_ERROR, message="Handler returned an invalid result") from None
+
+
+def _compose(middleware: list[Any], inner: CallNext) -> CallNext:
+    """The server's middleware around `inner`, outermost first (`ServerRunner._compose_server_middleware`)."""
+    call = inner
+    for each in reversed(middleware):
+        call = partial(_apply, each, call)
+    return call
+
+
+async def _apply(middleware: Any, call_next: CallNext, ctx: ServerRequestContext[Any, Any]) -> HandlerResult:
+    return await middleware(ctx, call_next)
+
+
+def _replaying(messages: list[Message], receive: Receive) -> Receive:
+    """`receive` giving back what was read first, for the SDK's app."""
+    pending = list(messages)
+
+    async def replay() -> Message:
+        return pending.pop(0) if pending else await receive()
+
+    return replay
+
+
+def _headers(scope: Scope) -> dict[bytes, bytes]:
+    return {name: value for name, value in scope["headers"]}
+
+
+def _is_json(content_type: bytes) -> bool:
+    return any(part.strip() == b"application/json" for part in content_type.split(b";")[0].split(b","))
+
+
+def _accepts_both(accept: bytes) -> bool:
+    """Both JSON and SSE, wildcards included (the SDK's `check_accept_headers`)."""
+    types = {part.split(b";")[0].strip().lower() for part in accept.split(b",")}
+    if b"*/*" in types:
+        return True
+    has_json = b"application/json" in types or b"application/*" in types
+    has_sse = b"text/event-stream" in types or b"text/*" in types
+    return has_json and has_sse
