@@ -10,6 +10,7 @@ import pytest
 
 from gateway.router.bundled_model import ASSETS_DIR, default_model_source
 from gateway.router.pooling import (
+    ARENA_KEEP_TOKENS,
     ARENA_SHRINKAGE,
     MeanPoolingEncoder,
     cut_ids,
@@ -95,22 +96,22 @@ class _Recording:
         return self._session.run(names, feed, options)
 
 
-def test_the_arena_of_the_session_that_ran_documents_is_shrunk_after_them_and_not_after_a_query() -> None:
+def test_the_arena_of_the_session_that_ran_large_batches_is_shrunk_after_them_and_not_after_small_ones() -> None:
     from tokenizers import Tokenizer
 
     model = default_model_source()
-    main, documents = (
-        _Recording(open_session(model, session_options(1))),
-        _Recording(open_session(model, document_session_options())),
-    )
+    main = _Recording(open_session(model, session_options(1)))
+    documents = _Recording(open_session(model, document_session_options()))
     encoder = MeanPoolingEncoder(
         main, Tokenizer.from_file(str(ASSETS_DIR / "tokenizer.json")), max_query_tokens=16, document_session=documents
     )
-    texts = [f"tool {i}: " + "read the records of a table " * (i % 5 + 1) for i in range(12)]
+    texts = [f"tool {i}: " + "read the records of a table " * (3 * (i % 5) + 12) for i in range(12)]
+    assert min(len(ids) for ids in encoder.tokenize_documents(texts)) * 4 > ARENA_KEEP_TOKENS
     one_at_a_time = encoder.embed_documents(texts, 4)
     assert main.shrinks == [False, False, False, True] and documents.shrinks == []
     in_bulk = encoder.embed_documents(texts, 4, workers=2)
     assert documents.shrinks == [False, False, False, True] and main.shrinks[4:] == []
     np.testing.assert_array_equal(one_at_a_time, in_bulk)
     encoder.embed_query("read the records")
-    assert main.shrinks[4:] == [False]
+    encoder.embed_documents(["read a file", "write a file"], 4)  # 2 x 5 word pieces: the arena is kept
+    assert main.shrinks[4:] == [False, False]
