@@ -13,8 +13,9 @@ three ways to get a model, chosen by `EmbeddingSettings`:
 - `model` alone: a fastembed model by name, which fastembed downloads from its model hub
   into `<data_dir>/models/fastembed/` on first use.
 
-For the bundled model's layout (mean pooling), queries and batches run fastembed's own
-ONNX session and tokenizer directly (`gateway.router.pooling`), which is what cuts a
+For the bundled model's layout (mean pooling), queries and batches run an ONNX session
+and a tokenizer opened as fastembed opens them, directly (`gateway.router.pooling`; fastembed
+itself loads neither unless `direct` is turned off), which is what cuts a
 query at `max_query_tokens` without cutting documents. Documents in bulk (more than one
 batch) run on a second, single-threaded session of the same model, one batch per core at
 once (`document_workers`): faster on a small CPU, and a query no longer waits for them.

@@ -4,8 +4,8 @@ fastembed wraps each call in generators, batching and dict building that cost ab
 quarter of a millisecond per query, and pads every text of a batch to the longest one
 after tokenizing the batch again. For the models whose output is the attention-masked
 mean of the last hidden state (the bundled all-MiniLM-L6-v2 and the other
-sentence-transformers models of that layout), `MeanPoolingEncoder` runs fastembed's own
-session and tokenizer without that wrapper:
+sentence-transformers models of that layout), `MeanPoolingEncoder` runs a session and a
+tokenizer opened as fastembed opens them (`fastembed_encoder`), without that wrapper:
 
 - a query is tokenized without padding, truncated to `max_query_tokens`, and run alone;
 - documents are tokenized once, sorted by their number of word pieces (so that a batch
@@ -17,8 +17,8 @@ which is what late interaction (ColBERT-style MaxSim) scores with; bench/router_
 measures it as a second stage.
 
 Memory (docs/benchmarks.md, "Memory"): ONNX Runtime keeps what a run allocated in its arena for
-the next run, so one batch of long texts would hold some 200 MB for good; after each call with
-documents the arena of the session that ran them is shrunk (`shrink_arena`). One tokenizer serves
+the next run, so one batch of long texts would hold some 170 MB for good; after a call with a
+large batch (`ARENA_KEEP_TOKENS`) the arena of the session that ran it is shrunk (`shrink_arena`). One tokenizer serves
 documents and queries (a query's word pieces are cut as the truncating tokenizer would), and the
 sessions are opened here (`open_session`), so fastembed loads neither a session nor a tokenizer
 of its own for these models.
