@@ -79,6 +79,7 @@ from bench.load_targets import (  # noqa: E402
     Checkout,
     Processes,
     Target,
+    add_checkout_option,
     open_fds,
     rss_mb,
     start_targets,
@@ -477,14 +478,6 @@ def _names(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
-def _checkout_arg(text: str) -> tuple[str, Checkout]:
-    name, sep, directory = text.partition("=")
-    root = Path(directory).resolve()
-    if not sep or not name.isidentifier() or not (root / "gateway" / "__main__.py").exists():
-        raise argparse.ArgumentTypeError(f"{text!r}: NAME=DIR, DIR a checkout of mcp-gateway")
-    return name, Checkout(root)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--levels", type=_levels, default=[1, 10, 50, 200], help="concurrent sessions (1,10,50,200)")
@@ -492,14 +485,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--paths", type=_names, help="of direct,gateway,fastmcp,fastmcp-fresh,gateway@NAME (direct,gateway,fastmcp)"
     )
-    parser.add_argument(
-        "--gateway-checkout",
-        type=_checkout_arg,
-        action="append",
-        default=[],
-        metavar="NAME=DIR",
-        help="also path gateway@NAME: the gateway of another checkout (its .venv), in the same run",
-    )
+    add_checkout_option(parser, "also path gateway@NAME: the gateway of another checkout (its .venv), in the same run")
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per cell (3)")
     parser.add_argument("--rounds", type=int, default=1, help="turns per path and level, summed (1)")
     parser.add_argument(

@@ -9,6 +9,7 @@ catalog shows in the figures.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -24,6 +25,7 @@ from tests.conftest import DEMO_SERVER, FIXTURE_PLUGINS, NO_EMBEDDINGS, gateway_
 
 __all__ = [
     "Checkout",
+    "add_checkout_option",
     "Processes",
     "Target",
     "children",
@@ -213,6 +215,21 @@ class Checkout:
 
     def command(self, config: Path, transport: str) -> list[str]:
         return [self.python, "-m", "gateway", "--config", str(config), "serve", "--transport", transport]
+
+
+def _checkout_arg(text: str) -> tuple[str, Checkout]:
+    name, sep, directory = text.partition("=")
+    root = Path(directory).resolve()
+    if not sep or not name.isidentifier() or not (root / "gateway" / "__main__.py").exists():
+        raise argparse.ArgumentTypeError(f"{text!r}: NAME=DIR, DIR a checkout of mcp-gateway")
+    return name, Checkout(root)
+
+
+def add_checkout_option(parser: argparse.ArgumentParser, help: str) -> None:
+    """`--gateway-checkout NAME=DIR` (repeatable): `args.gateway_checkout` is a list of (NAME, Checkout)."""
+    parser.add_argument(
+        "--gateway-checkout", type=_checkout_arg, action="append", default=[], metavar="NAME=DIR", help=help
+    )
 
 
 async def _spawn_stdio(processes: Processes, argv: list[str], env: dict[str, str], cwd: Path = REPO) -> StdioConnection:

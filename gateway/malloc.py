@@ -17,7 +17,7 @@ import logging
 import os
 import sys
 
-__all__ = ["MMAP_THRESHOLD", "fix_mmap_threshold"]
+__all__ = ["MMAP_THRESHOLD", "fix_mmap_threshold", "trim_heap"]
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +25,36 @@ MMAP_THRESHOLD = 128 * 1024
 """Bytes: glibc's own starting threshold, kept from growing."""
 
 _M_MMAP_THRESHOLD = -3  # glibc's malloc.h
+
+
+def _glibc() -> ctypes.CDLL | None:
+    """The C library, if this is Linux (glibc or another libc; callers look up their function)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        return ctypes.CDLL(name)
+    except OSError:
+        return None
+
+
+def trim_heap() -> bool:
+    """Give the heap's free pages back to the system (glibc's `malloc_trim(0)`); True if it did.
+
+    After a large object freed in pieces (a model session's weights), glibc keeps the freed
+    pages of every malloc arena until this is called. It takes a few milliseconds: call it
+    after such a release, not on a hot path. Does nothing off glibc."""
+    libc = _glibc()
+    trim = getattr(libc, "malloc_trim", None)
+    if trim is None:
+        return False
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    released = bool(trim(0))
+    logger.debug("malloc: trimmed the heap: %s", released)
+    return released
 
 
 def fix_mmap_threshold() -> bool:

@@ -126,6 +126,18 @@ def test_the_direct_path_gives_the_vectors_fastembed_gives(embedder: FastEmbedEm
     np.testing.assert_allclose(direct_query, query_via_fastembed, atol=1e-5)
 
 
+def test_fastembed_holds_no_session_or_tokenizer_of_its_own_until_it_is_run(data_dir: Path) -> None:
+    """The direct path opens its own (one session, one tokenizer): fastembed's would be a second
+    copy of the weights and of the tokenizer, held for nothing."""
+    loaded = load_embedder(EmbeddingSettings(document_workers=1), data_dir)
+    assert isinstance(loaded, FastEmbedEmbedder) and loaded.direct
+    inner = loaded._model.model
+    assert getattr(inner, "model", None) is None and getattr(inner, "tokenizer", None) is None
+    loaded.direct = False
+    assert loaded.embed_query("weather").shape == (384,)  # fastembed loads its own when it is run
+    assert inner.model is not None
+
+
 def test_a_query_is_cut_at_max_query_tokens(data_dir: Path, embedder: FastEmbedEmbedder) -> None:
     short = load_embedder(EmbeddingSettings(max_query_tokens=8), data_dir)
     assert isinstance(short, FastEmbedEmbedder) and short.direct
@@ -609,6 +621,9 @@ def test_the_document_session_is_released_when_idle_and_opened_again_for_the_nex
     from gateway.router import embedder as embedder_module
 
     monkeypatch.setattr(embedder_module, "DOCUMENT_SESSION_IDLE_SECONDS", 1.0)
+    trims: list[bool] = []
+    real_trim = embedder_module.trim_heap
+    monkeypatch.setattr(embedder_module, "trim_heap", lambda: trims.append(real_trim()) or True)
     workers = load_embedder(EmbeddingSettings(document_workers=2, batch_size=4), data_dir)
     assert isinstance(workers, FastEmbedEmbedder) and workers.document_workers == 2
 
@@ -620,6 +635,11 @@ def test_the_document_session_is_released_when_idle_and_opened_again_for_the_nex
         return False
 
     assert released()  # opened at start to check that it works, then let go
+    for _ in range(100):  # the release's thread trims right after it
+        if trims:
+            break
+        threading.Event().wait(0.05)
+    assert trims == [sys.platform.startswith("linux")]  # and the heap's free pages given back (glibc)
     texts = _tool_texts(40)
     first = workers.embed_documents(texts)
     assert workers.holds_document_session  # kept between the calls of one cold index

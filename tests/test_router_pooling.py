@@ -1,12 +1,25 @@
-"""The pure parts of the direct encoder (`gateway.router.pooling`): batching and session options."""
+"""The direct encoder (`gateway.router.pooling`): batching, session options, the query cut, the arena's shrinking."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 
-from gateway.router.pooling import document_session_options, length_batches, padded
+from gateway.router.bundled_model import ASSETS_DIR, default_model_source
+from gateway.router.pooling import (
+    ARENA_KEEP_TOKENS,
+    ARENA_SHRINKAGE,
+    MeanPoolingEncoder,
+    cut_ids,
+    document_session_options,
+    length_batches,
+    open_session,
+    padded,
+    session_options,
+)
 
 
 def test_texts_are_batched_by_length_shortest_first_and_equal_lengths_keep_their_order() -> None:
@@ -45,3 +58,60 @@ def test_the_document_session_runs_each_batch_on_one_thread_with_every_graph_opt
     assert options.inter_op_num_threads == 1
     assert options.execution_mode == ort.ExecutionMode.ORT_SEQUENTIAL
     assert options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+
+
+def test_a_session_has_the_threads_asked_for_and_fastembeds_optimizations() -> None:
+    options = session_options(3)
+    assert options.intra_op_num_threads == options.inter_op_num_threads == 3
+    assert options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    assert session_options(None).intra_op_num_threads == 0  # ONNX Runtime's default: every core
+
+
+def test_a_query_is_cut_as_the_truncating_tokenizer_cuts_it() -> None:
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(ASSETS_DIR / "tokenizer.json"))
+    tokenizer.no_padding()
+    text = "find the weather forecast for tomorrow in paris and translate it into german, then email it"
+    for max_tokens in range(3, 30):
+        truncating = Tokenizer.from_file(str(ASSETS_DIR / "tokenizer.json"))
+        truncating.no_padding()
+        truncating.enable_truncation(max_length=max_tokens)
+        assert cut_ids(tokenizer.encode(text).ids, max_tokens) == truncating.encode(text).ids
+    assert cut_ids([101, 7, 102], 8) == [101, 7, 102]
+
+
+class _Recording:
+    """A real ONNX Runtime session that records the run options of each run."""
+
+    def __init__(self, session: Any) -> None:
+        self._session = session
+        self.shrinks: list[bool] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)
+
+    def run(self, names: Any, feed: Any, options: Any = None) -> Any:
+        self.shrinks.append(options is not None and options.get_run_config_entry(ARENA_SHRINKAGE) == "cpu:0")
+        return self._session.run(names, feed, options)
+
+
+def test_the_arena_of_the_session_that_ran_large_batches_is_shrunk_after_them_and_not_after_small_ones() -> None:
+    from tokenizers import Tokenizer
+
+    model = default_model_source()
+    main = _Recording(open_session(model, session_options(1)))
+    documents = _Recording(open_session(model, document_session_options()))
+    encoder = MeanPoolingEncoder(
+        main, Tokenizer.from_file(str(ASSETS_DIR / "tokenizer.json")), max_query_tokens=16, document_session=documents
+    )
+    texts = [f"tool {i}: " + "read the records of a table " * (3 * (i % 5) + 12) for i in range(12)]
+    assert min(len(ids) for ids in encoder.tokenize_documents(texts)) * 4 > ARENA_KEEP_TOKENS
+    one_at_a_time = encoder.embed_documents(texts, 4)
+    assert main.shrinks == [False, False, False, True] and documents.shrinks == []
+    in_bulk = encoder.embed_documents(texts, 4, workers=2)
+    assert documents.shrinks == [False, False, False, True] and main.shrinks[4:] == []
+    np.testing.assert_array_equal(one_at_a_time, in_bulk)
+    encoder.embed_query("read the records")
+    encoder.embed_documents(["read a file", "write a file"], 4)  # 2 x 5 word pieces: the arena is kept
+    assert main.shrinks[4:] == [False, False]

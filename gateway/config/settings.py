@@ -267,7 +267,7 @@ class EmbeddingSettings(BaseModel):
         le=64,
         description=(
             "Document batches embedded at once in bulk, each single-threaded on a second model "
-            "session (about 100 MB, released 30 s after the last bulk call); 1: one at a time on the "
+            "session (about 60 MB, released 30 s after the last bulk call); 1: one at a time on the "
             "query session, no second session; "
             "unset: `threads`, else one per core."
         ),

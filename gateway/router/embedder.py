@@ -13,8 +13,9 @@ three ways to get a model, chosen by `EmbeddingSettings`:
 - `model` alone: a fastembed model by name, which fastembed downloads from its model hub
   into `<data_dir>/models/fastembed/` on first use.
 
-For the bundled model's layout (mean pooling), queries and batches run fastembed's own
-ONNX session and tokenizer directly (`gateway.router.pooling`), which is what cuts a
+For the bundled model's layout (mean pooling), queries and batches run an ONNX session
+and a tokenizer opened as fastembed opens them, directly (`gateway.router.pooling`; fastembed
+itself loads neither unless `direct` is turned off), which is what cuts a
 query at `max_query_tokens` without cutting documents. Documents in bulk (more than one
 batch) run on a second, single-threaded session of the same model, one batch per core at
 once (`document_workers`): faster on a small CPU, and a query no longer waits for them.
@@ -40,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gateway.malloc import trim_heap
 from gateway.router.base import Embedder, Matrix, Vector
 from gateway.router.bundled_model import (
     DEFAULT_MODEL_ID,
@@ -77,7 +79,7 @@ QUERY_PRIORITY_SECONDS = 1.0
 
 DOCUMENT_SESSION_IDLE_SECONDS = 30.0
 """How long the document session is kept after the last call in bulk: the calls of one cold index
-come back to back, and a serving gateway gives the ~100 MB back (`GATEWAY_EMBEDDING__DOCUMENT_WORKERS`)."""
+come back to back, and a serving gateway gives the ~60 MB back (`GATEWAY_EMBEDDING__DOCUMENT_WORKERS`)."""
 
 
 def available_cores() -> int:
@@ -134,10 +136,14 @@ class FastEmbedEmbedder:
         kwargs: dict[str, Any] = {}
         if model_dir is not None:
             kwargs["specific_model_path"] = str(model_dir)
+        # The bundled model's layout (mean pooling, no query prefix) is run directly, on a session
+        # and a tokenizer of our own: fastembed then loads neither unless it is run itself (`direct`).
+        same_layout = model_name.lower() == DEFAULT_MODEL_NAME.lower()
         self._model = TextEmbedding(
             model_name=model_name,
             cache_dir=str(cache_dir) if cache_dir is not None else None,
             threads=threads,
+            lazy_load=same_layout,
             **kwargs,
         )
         self._model_name = model_name
@@ -149,11 +155,11 @@ class FastEmbedEmbedder:
         """True while documents in bulk run on the document session (queries then run there too)."""
         self._waiting_queries = 0
         self._queries_changed = threading.Condition()
-        # The bundled model's layout (mean pooling, no query prefix) is run directly.
-        same_layout = model_name.lower() == DEFAULT_MODEL_NAME.lower()
         workers = document_workers or threads or available_cores()
         self._encoder = (
-            fastembed_encoder(self._model, max_query_tokens, document_workers=workers) if same_layout else None
+            fastembed_encoder(self._model, max_query_tokens, threads=threads, document_workers=workers)
+            if same_layout
+            else None
         )
         self._document_workers = workers if self._encoder is not None and self._encoder.has_document_session else 1
         self._release_after = (
@@ -228,7 +234,7 @@ class FastEmbedEmbedder:
 
     def _schedule_release(self) -> None:
         """Release the document session once no bulk call has come for `document_session_idle_seconds`
-        (its weights are a second copy of the model, ~100 MB): a cold index keeps it, a serving
+        (its weights are a second copy of the model, ~60 MB): a cold index keeps it, a serving
         gateway does not."""
         if self._encoder is None or self._encoder.document_session is None or self._release_timer is not None:
             return
@@ -247,6 +253,7 @@ class FastEmbedEmbedder:
                 return
             if time.monotonic() - self._last_bulk >= self._release_after:
                 self._encoder.release_document_session()
+                trim_heap()  # its weights were freed in pieces: give the heap's free pages back
             else:
                 self._schedule_release()
 

@@ -4,8 +4,8 @@ fastembed wraps each call in generators, batching and dict building that cost ab
 quarter of a millisecond per query, and pads every text of a batch to the longest one
 after tokenizing the batch again. For the models whose output is the attention-masked
 mean of the last hidden state (the bundled all-MiniLM-L6-v2 and the other
-sentence-transformers models of that layout), `MeanPoolingEncoder` runs fastembed's own
-session and tokenizer without that wrapper:
+sentence-transformers models of that layout), `MeanPoolingEncoder` runs a session and a
+tokenizer opened as fastembed opens them (`fastembed_encoder`), without that wrapper:
 
 - a query is tokenized without padding, truncated to `max_query_tokens`, and run alone;
 - documents are tokenized once, sorted by their number of word pieces (so that a batch
@@ -15,6 +15,13 @@ The vectors are fastembed's, to float rounding (tests/test_embedder.py checks it
 `token_vectors` gives the hidden states before pooling, one unit vector per word piece,
 which is what late interaction (ColBERT-style MaxSim) scores with; bench/router_rerank.py
 measures it as a second stage.
+
+Memory (docs/benchmarks.md, "Memory"): ONNX Runtime keeps what a run allocated in its arena for
+the next run, so one batch of long texts would hold some 170 MB for good; after a call with a
+large batch (`ARENA_KEEP_TOKENS`) the arena of the session that ran it is shrunk (`shrink_arena`). One tokenizer serves
+documents and queries (a query's word pieces are cut as the truncating tokenizer would), and the
+sessions are opened here (`open_session`), so fastembed loads neither a session nor a tokenizer
+of its own for these models.
 
 Documents in bulk (many batches) can run on a second session with one thread, by several
 worker threads at once (`document_session`, `document_session_options`): on 2 cores two
@@ -27,7 +34,6 @@ vector does not depend on its batch, its padding or the number of threads.
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -39,17 +45,32 @@ import numpy as np
 import numpy.typing as npt
 
 from gateway.router.base import Matrix, Vector
+from gateway.router.model_graph import gather_before_dequantize
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "ARENA_KEEP_TOKENS",
+    "ARENA_SHRINKAGE",
     "MeanPoolingEncoder",
+    "cut_ids",
     "document_session",
     "document_session_options",
     "fastembed_encoder",
     "length_batches",
+    "open_session",
     "padded",
+    "session_options",
+    "shrink_arena",
 ]
+
+ARENA_SHRINKAGE = "memory.enable_memory_arena_shrinkage"
+"""ONNX Runtime's run option that frees, at the end of a run, the arena's chunks no run holds."""
+
+ARENA_KEEP_TOKENS = 256
+"""Padded word pieces of a batch (its texts times its longest) up to which the arena is kept after
+a call: measured on the bundled model, a batch grows it by 6 MB at 1 x 128, 9 MB at 8 x 32,
+22 MB at 8 x 64, 56 MB at 8 x 128, 169 MB at 8 x 256. Kept, the next call reuses it."""
 
 
 def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
@@ -74,35 +95,74 @@ def padded(batch: Sequence[Sequence[int]]) -> tuple[npt.NDArray[np.int64], npt.N
     return ids, mask
 
 
-def document_session_options() -> Any:
-    """ONNX Runtime options of the document session: one thread per run (the parallelism is
-    the worker threads running batches side by side), every graph optimization (as fastembed
-    sets for its own session), nodes run one after the other."""
+def session_options(threads: int | None) -> Any:
+    """ONNX Runtime options of a session: every graph optimization and, if given, `threads` for
+    both thread pools, as fastembed sets them for its own sessions (the vectors are the same)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
+    if threads is not None:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = threads
     return options
+
+
+def document_session_options() -> Any:
+    """ONNX Runtime options of the document session: one thread per run (the parallelism is
+    the worker threads running batches side by side), nodes run one after the other."""
+    import onnxruntime as ort
+
+    options = session_options(1)
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    return options
+
+
+def open_session(model_file: Path, options: Any) -> Any:
+    """A CPU session of `model_file`, its quantized embedding table kept quantized
+    (`gather_before_dequantize`: the same vectors). ONNX Runtime still folds the other int8
+    weights into float32: a session of the bundled model holds about 50 MB of weights (90 MB
+    without the rewrite)."""
+    import onnxruntime as ort
+
+    model = gather_before_dequantize(model_file.read_bytes())
+    return ort.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"])
 
 
 def document_session(model_file: Path) -> Any:
     """A single-threaded CPU session of `model_file`, which several threads may run at once.
 
-    It holds its own copy of the weights (about 85 MB for the bundled model)."""
+    It holds its own copy of the weights (about 50 MB for the bundled model)."""
+    return open_session(model_file, document_session_options())
+
+
+def shrink_arena(session: Any) -> None:
+    """Give back what `session`'s memory arena holds beyond the runs in progress.
+
+    ONNX Runtime frees arena chunks only at the end of a run that asks for it, so this is a
+    run of one token with that option (well under a millisecond): after a batch of long
+    documents it frees about 200 MB that the arena would otherwise keep for the process's life."""
     import onnxruntime as ort
 
-    return ort.InferenceSession(
-        str(model_file), sess_options=document_session_options(), providers=["CPUExecutionProvider"]
-    )
+    options = ort.RunOptions()
+    options.add_run_config_entry(ARENA_SHRINKAGE, "cpu:0")
+    one = np.zeros((1, 1), dtype=np.int64)
+    feed = {"input_ids": one, "attention_mask": np.ones_like(one)}
+    if "token_type_ids" in {i.name for i in session.get_inputs()}:
+        feed["token_type_ids"] = one
+    session.run([session.get_outputs()[0].name], feed, options)
+
+
+def cut_ids(ids: list[int], max_tokens: int) -> list[int]:
+    """Word-piece ids (special tokens at both ends) cut to `max_tokens` as a truncating tokenizer
+    cuts one text: the first `max_tokens - 2` pieces between the two special tokens."""
+    return ids if len(ids) <= max_tokens else ids[: max_tokens - 1] + ids[-1:]
 
 
 class MeanPoolingEncoder:
     """Embeds with an ONNX session whose first output is `(batch, tokens, dim)` hidden states.
 
-    `tokenizer` is a `tokenizers.Tokenizer` (it is copied, not changed); `session` an
+    `tokenizer` is a `tokenizers.Tokenizer` (its padding is turned off; it is not copied); `session` an
     `onnxruntime.InferenceSession` taking `input_ids`, `attention_mask` and, if the model
     has it, `token_type_ids`. `document_session`, if given, is another session of the same
     model that `embed_documents` runs with several workers. Calls that run `session` must be
@@ -127,10 +187,8 @@ class MeanPoolingEncoder:
         self._open_document_session = open_document_session
         self._input_names = {i.name for i in session.get_inputs()}
         self._output_name = session.get_outputs()[0].name
-        self._tokenizer = copy.deepcopy(tokenizer)
+        self._tokenizer = tokenizer
         self._tokenizer.no_padding()
-        self._query_tokenizer = copy.deepcopy(self._tokenizer)
-        self._query_tokenizer.enable_truncation(max_length=max_query_tokens)
         self.max_query_tokens = max_query_tokens
 
     def _run(self, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int64], session: Any = None) -> Matrix:
@@ -146,7 +204,7 @@ class MeanPoolingEncoder:
     def embed_query(self, text: str, session: Any = None) -> Vector:
         """One text, unpadded, at most `max_query_tokens` word pieces (special tokens included);
         on `session` if given (e.g. the document session), else the main one."""
-        ids = np.asarray([self._query_tokenizer.encode(text).ids], dtype=np.int64)
+        ids = np.asarray([cut_ids(self._tokenizer.encode(text).ids, self.max_query_tokens)], dtype=np.int64)
         return self._run(ids, np.ones_like(ids), session)[0]
 
     def token_vectors(self, text: str, max_tokens: int) -> tuple[list[int], Matrix]:
@@ -155,9 +213,7 @@ class MeanPoolingEncoder:
         tokens ([CLS], [SEP]) that every text shares."""
         if max_tokens < 3:
             raise ValueError("max_tokens must be at least 3 (the special tokens and one word piece)")
-        ids = self._tokenizer.encode(text).ids
-        if len(ids) > max_tokens:
-            ids = ids[: max_tokens - 1] + ids[-1:]
+        ids = cut_ids(self._tokenizer.encode(text).ids, max_tokens)
         array = np.asarray([ids], dtype=np.int64)
         feed = {"input_ids": array, "attention_mask": np.ones_like(array)}
         if "token_type_ids" in self._input_names:
@@ -198,7 +254,8 @@ class MeanPoolingEncoder:
         With `workers` > 1, a `document_session` and more than one batch, the batches are
         run by that many threads on the document session; otherwise one after the other on
         the main session. `before_batch` is called before each batch is run (the embedder
-        lets waiting queries go first there)."""
+        lets waiting queries go first there). After a batch of more than `ARENA_KEEP_TOKENS`
+        padded word pieces, the arena of the session that ran them is shrunk after the last one."""
         encoded = self.tokenize_documents(texts)
         batches = length_batches([len(ids) for ids in encoded], batch_size)
         session = self.document_session if workers > 1 and len(batches) > 1 else None
@@ -214,6 +271,8 @@ class MeanPoolingEncoder:
                 vectors = list(pool.map(run, batches))
         else:
             vectors = [run(batch) for batch in batches]
+        if any(len(batch) * max(len(encoded[i]) for i in batch) > ARENA_KEEP_TOKENS for batch in batches):
+            shrink_arena(session or self._session)
         if not vectors:
             return np.zeros((0, 0), dtype=np.float32)
         result = np.empty((len(encoded), vectors[0].shape[1]), dtype=np.float32)
@@ -222,24 +281,27 @@ class MeanPoolingEncoder:
         return result
 
 
-def fastembed_encoder(model: Any, max_query_tokens: int, *, document_workers: int = 1) -> MeanPoolingEncoder | None:
-    """A direct encoder over a `fastembed.TextEmbedding`'s own session and tokenizer, if it is
-    a mean-pooling model (fastembed's `PooledEmbedding`); None for any other kind. With
+def fastembed_encoder(
+    model: Any, max_query_tokens: int, *, threads: int | None = None, document_workers: int = 1
+) -> MeanPoolingEncoder | None:
+    """A direct encoder of a `fastembed.TextEmbedding` made with `lazy_load=True`, if it is a
+    mean-pooling model (fastembed's `PooledEmbedding`); None for any other kind. Its session
+    (`threads`, as fastembed would open it) and its tokenizer (fastembed's `load_tokenizer`) are
+    opened here, so that fastembed holds neither unless it is run itself. With
     `document_workers` > 1 it also gets a single-threaded `document_session` of the same file.
 
     The caller knows that the model takes no query prefix (fastembed adds none for these)."""
+    from fastembed.common.preprocessor_utils import load_tokenizer
     from fastembed.text.pooled_embedding import PooledEmbedding
 
     inner = getattr(model, "model", None)
-    if not isinstance(inner, PooledEmbedding):
+    if not isinstance(inner, PooledEmbedding) or inner.model_description.additional_files:
         return None
-    if getattr(inner, "model", None) is None:
-        inner.load_onnx_model()
-    if inner.model is None or getattr(inner, "tokenizer", None) is None:
-        return None
+    model_file = Path(inner._model_dir) / inner.model_description.model_file
+    session = open_session(model_file, session_options(threads))
+    tokenizer, _ = load_tokenizer(Path(inner._model_dir))
     documents = None
     if document_workers > 1:
-        model_file = Path(inner._model_dir) / inner.model_description.model_file
         try:
             documents = document_session(model_file)
         except Exception as e:  # noqa: BLE001 - onnxruntime raises anything; the main session works
@@ -252,8 +314,8 @@ def fastembed_encoder(model: Any, max_query_tokens: int, *, document_workers: in
                 e,
             )
     return MeanPoolingEncoder(
-        inner.model,
-        inner.tokenizer,
+        session,
+        tokenizer,
         max_query_tokens=max_query_tokens,
         document_session=documents,
         open_document_session=partial(document_session, model_file) if documents is not None else None,

@@ -86,7 +86,7 @@ def load_router_embedder(settings: Settings, pm: PluginManager | None) -> Embedd
 
     The fastembed model is shared: callers in one process with the same embedding settings
     and data dir (the gateway's router and the openapi plugin's operation index) get the
-    same instance while any of them holds it, so the model is in memory once (about 110 MB)
+    same instance while any of them holds it, so the model is in memory once (a 60 MB session)
     and its query-first lock orders all their work.
     """
     if pm is not None:
