@@ -31,6 +31,7 @@ Nothing here writes to stdout, which is the MCP channel in stdio mode.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import os
 import threading
@@ -554,25 +555,22 @@ def _fastembed_description(name: str, hint: str) -> dict[str, Any]:
 
 
 def _import_fastembed() -> Any:
-    try:
-        from fastembed import TextEmbedding
-    except Exception as e:  # noqa: BLE001 - ImportError, or OSError from onnxruntime's native libraries
-        raise _LoadError(
-            f"fastembed or onnxruntime cannot be imported ({type(e).__name__}: {e})"
-            + _bm25_hint("reinstall mcp-gateway with its dependencies (fastembed, onnxruntime)", _HINT_DISABLE)
-        ) from e
+    _import_runtime(("fastembed", "onnxruntime"))
+    from fastembed import TextEmbedding
+
     return TextEmbedding
 
 
-def _import_runtime() -> None:
-    """What the bundled model runs on without fastembed: ONNX Runtime and tokenizers."""
+def _import_runtime(packages: tuple[str, ...]) -> None:
+    """Import what the model runs on (the bundled model: onnxruntime and tokenizers, no fastembed);
+    a `_LoadError` naming them if one cannot be imported."""
     try:
-        import onnxruntime  # noqa: F401
-        import tokenizers  # noqa: F401
+        for package in packages:
+            importlib.import_module(package)
     except Exception as e:  # noqa: BLE001 - ImportError, or OSError from onnxruntime's native libraries
         raise _LoadError(
-            f"onnxruntime or tokenizers cannot be imported ({type(e).__name__}: {e})"
-            + _bm25_hint("reinstall mcp-gateway with its dependencies (onnxruntime, tokenizers)", _HINT_DISABLE)
+            f"{' or '.join(packages)} cannot be imported ({type(e).__name__}: {e})"
+            + _bm25_hint(f"reinstall mcp-gateway with its dependencies ({', '.join(packages)})", _HINT_DISABLE)
         ) from e
 
 
@@ -588,10 +586,7 @@ def _open(
     bundled: bool = False,
 ) -> FastEmbedEmbedder:
     """The model opened (`bundled`: run directly on ONNX Runtime, fastembed not imported)."""
-    if bundled:
-        _import_runtime()
-    else:
-        _import_fastembed()
+    _import_runtime(("onnxruntime", "tokenizers") if bundled else ("fastembed", "onnxruntime"))
     try:
         with contextlib.nullcontext() if bundled else _quiet_fastembed():
             return FastEmbedEmbedder(
