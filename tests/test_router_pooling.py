@@ -115,3 +115,19 @@ def test_the_arena_of_the_session_that_ran_large_batches_is_shrunk_after_them_an
     encoder.embed_query("read the records")
     encoder.embed_documents(["read a file", "write a file"], 4)  # 2 x 5 word pieces: the arena is kept
     assert main.shrinks[4:] == [False, False]
+
+
+def test_the_shipped_tokenizer_is_read_as_fastembed_reads_it() -> None:
+    """`load_tokenizer` (no fastembed import) gives fastembed's word pieces: truncated at 512,
+    special tokens kept whole, no padding."""
+    from fastembed.common.preprocessor_utils import load_tokenizer as fastembed_tokenizer
+
+    from gateway.router.pooling import load_tokenizer
+
+    ours = load_tokenizer(ASSETS_DIR)
+    theirs, _ = fastembed_tokenizer(ASSETS_DIR)
+    theirs.no_padding()
+    texts = ["Create a GitHub issue", "天气预报 for [MASK] Zürich", "x " * 2000, "", "[CLS] [SEP] [PAD] [UNK]"]
+    assert [e.ids for e in ours.encode_batch(texts)] == [e.ids for e in theirs.encode_batch(texts)]
+    assert len(ours.encode(texts[2]).ids) == 512
+    assert ours.padding is None

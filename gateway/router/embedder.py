@@ -15,7 +15,8 @@ three ways to get a model, chosen by `EmbeddingSettings`:
 
 For the bundled model's layout (mean pooling), queries and batches run an ONNX session
 and a tokenizer opened as fastembed opens them, directly (`gateway.router.pooling`; fastembed
-itself loads neither unless `direct` is turned off), which is what cuts a
+itself loads neither unless `direct` is turned off; for the bundled model fastembed is not even
+imported until then: `tokenizers` reads its shipped tokenizer files), which is what cuts a
 query at `max_query_tokens` without cutting documents. Documents in bulk (more than one
 batch) run on a second, single-threaded session of the same model, one batch per core at
 once (`document_workers`): faster on a small CPU, and a query no longer waits for them.
@@ -30,6 +31,7 @@ Nothing here writes to stdout, which is the MCP channel in stdio mode.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import os
 import threading
@@ -51,7 +53,7 @@ from gateway.router.bundled_model import (
     sha256_file,
     stat_digest,
 )
-from gateway.router.pooling import fastembed_encoder
+from gateway.router.pooling import MeanPoolingEncoder, fastembed_encoder, load_tokenizer, mean_pooling_encoder
 
 if TYPE_CHECKING:
     from gateway.config.settings import EmbeddingSettings
@@ -126,26 +128,27 @@ class FastEmbedEmbedder:
         max_query_tokens: int = 64,
         document_workers: int | None = None,
         document_session_idle_seconds: float | None = None,
+        bundled: bool = False,
     ) -> None:
-        from fastembed import TextEmbedding
-
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         if document_workers is not None and document_workers < 1:
             raise ValueError("document_workers must be at least 1")
-        kwargs: dict[str, Any] = {}
+        self._fastembed_args: dict[str, Any] = {
+            "model_name": model_name,
+            "cache_dir": str(cache_dir) if cache_dir is not None else None,
+            "threads": threads,
+        }
         if model_dir is not None:
-            kwargs["specific_model_path"] = str(model_dir)
+            self._fastembed_args["specific_model_path"] = str(model_dir)
         # The bundled model's layout (mean pooling, no query prefix) is run directly, on a session
         # and a tokenizer of our own: fastembed then loads neither unless it is run itself (`direct`).
         same_layout = model_name.lower() == DEFAULT_MODEL_NAME.lower()
-        self._model = TextEmbedding(
-            model_name=model_name,
-            cache_dir=str(cache_dir) if cache_dir is not None else None,
-            threads=threads,
-            lazy_load=same_layout,
-            **kwargs,
-        )
+        self._fastembed_args["lazy_load"] = same_layout
+        self._text_embedding: Any = None
+        """fastembed's `TextEmbedding`; for the bundled model made only if it is run (`direct` off)."""
+        if not (bundled and model_dir is not None):
+            self._text_embedding = self._fastembed()
         self._model_name = model_name
         self._model_id = model_id
         self._batch_size = batch_size
@@ -156,11 +159,17 @@ class FastEmbedEmbedder:
         self._waiting_queries = 0
         self._queries_changed = threading.Condition()
         workers = document_workers or threads or available_cores()
-        self._encoder = (
-            fastembed_encoder(self._model, max_query_tokens, threads=threads, document_workers=workers)
-            if same_layout
-            else None
-        )
+        if bundled and model_dir is not None:  # no fastembed import: its tokenizer loader alone costs ~20 MB
+            tokenizer = load_tokenizer(model_dir)
+            self._encoder: MeanPoolingEncoder | None = mean_pooling_encoder(
+                model_dir / MODEL_FILE, tokenizer, max_query_tokens, threads=threads, document_workers=workers
+            )
+        elif same_layout:
+            self._encoder = fastembed_encoder(
+                self._text_embedding, max_query_tokens, threads=threads, document_workers=workers
+            )
+        else:
+            self._encoder = None
         self._document_workers = workers if self._encoder is not None and self._encoder.has_document_session else 1
         self._release_after = (
             DOCUMENT_SESSION_IDLE_SECONDS if document_session_idle_seconds is None else document_session_idle_seconds
@@ -171,6 +180,14 @@ class FastEmbedEmbedder:
         probe = self._run(["warm-up"])
         self._dim = int(probe.shape[1])
         self._schedule_release()  # opened to check it works; held only while documents come in bulk
+
+    def _fastembed(self) -> Any:
+        """fastembed's `TextEmbedding` of the model, made on first use."""
+        if self._text_embedding is None:
+            from fastembed import TextEmbedding  # imported only when fastembed runs the model (~20 MB)
+
+            self._text_embedding = TextEmbedding(**self._fastembed_args)
+        return self._text_embedding
 
     @property
     def model_id(self) -> str:
@@ -288,7 +305,7 @@ class FastEmbedEmbedder:
                 return self._encoder.embed_documents(texts, self._batch_size)  # batched by word pieces
             # fastembed batches texts in the order given: sorted by length, a batch is padded little.
             order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-            rows = list(self._model.embed([texts[i] for i in order], batch_size=self._batch_size))
+            rows = list(self._fastembed().embed([texts[i] for i in order], batch_size=self._batch_size))
         result = np.empty((len(texts), rows[0].shape[-1]), dtype=np.float32)
         result[np.asarray(order, dtype=np.intp)] = _normalized(np.vstack(rows))
         return result
@@ -319,7 +336,7 @@ class FastEmbedEmbedder:
                 if self.direct:
                     assert self._encoder is not None
                     return self._encoder.embed_query(text)
-                row = next(iter(self._model.query_embed(text)))
+                row = next(iter(self._fastembed().query_embed(text)))
         finally:
             with self._queries_changed:
                 self._waiting_queries -= 1
@@ -401,6 +418,7 @@ def _load_default(settings: EmbeddingSettings, data_dir: Path) -> FastEmbedEmbed
         cache_dir=data_dir / "models" / "fastembed",
         what=f"the bundled embedding model ({model_dir})",
         hint=_bm25_hint(_HINT_PATH, _HINT_DISABLE),
+        bundled=True,
     )
 
 
@@ -513,7 +531,7 @@ def _load_by_name(settings: EmbeddingSettings, data_dir: Path) -> FastEmbedEmbed
         what=f"the embedding model {name!r} ({_ENV_MODEL})",
         hint=hint,
     )
-    model_dir = getattr(getattr(embedder._model, "model", None), "_model_dir", None)
+    model_dir = getattr(getattr(embedder._fastembed(), "model", None), "_model_dir", None)
     model_file = description.get("model_file")
     if model_dir is not None and model_file and (Path(model_dir) / str(model_file)).is_file():
         embedder._model_id = f"{name}@{stat_digest(Path(model_dir) / str(model_file))}"
@@ -537,14 +555,23 @@ def _fastembed_description(name: str, hint: str) -> dict[str, Any]:
 
 
 def _import_fastembed() -> Any:
+    _import_runtime(("fastembed", "onnxruntime"))
+    from fastembed import TextEmbedding
+
+    return TextEmbedding
+
+
+def _import_runtime(packages: tuple[str, ...]) -> None:
+    """Import what the model runs on (the bundled model: onnxruntime and tokenizers, no fastembed);
+    a `_LoadError` naming them if one cannot be imported."""
     try:
-        from fastembed import TextEmbedding
+        for package in packages:
+            importlib.import_module(package)
     except Exception as e:  # noqa: BLE001 - ImportError, or OSError from onnxruntime's native libraries
         raise _LoadError(
-            f"fastembed or onnxruntime cannot be imported ({type(e).__name__}: {e})"
-            + _bm25_hint("reinstall mcp-gateway with its dependencies (fastembed, onnxruntime)", _HINT_DISABLE)
+            f"{' or '.join(packages)} cannot be imported ({type(e).__name__}: {e})"
+            + _bm25_hint(f"reinstall mcp-gateway with its dependencies ({', '.join(packages)})", _HINT_DISABLE)
         ) from e
-    return TextEmbedding
 
 
 def _open(
@@ -556,10 +583,12 @@ def _open(
     cache_dir: Path,
     what: str,
     hint: str,
+    bundled: bool = False,
 ) -> FastEmbedEmbedder:
-    _import_fastembed()
+    """The model opened (`bundled`: run directly on ONNX Runtime, fastembed not imported)."""
+    _import_runtime(("onnxruntime", "tokenizers") if bundled else ("fastembed", "onnxruntime"))
     try:
-        with _quiet_fastembed():
+        with contextlib.nullcontext() if bundled else _quiet_fastembed():
             return FastEmbedEmbedder(
                 name,
                 model_id=model_id,
@@ -569,6 +598,7 @@ def _open(
                 batch_size=settings.batch_size,
                 max_query_tokens=settings.max_query_tokens,
                 document_workers=settings.document_workers,
+                bundled=bundled,
             )
     except Exception as e:  # noqa: BLE001 - fastembed, onnxruntime and tokenizers raise anything
         cause = f"{type(e).__name__}: {e}"

@@ -58,6 +58,8 @@ __all__ = [
     "document_session_options",
     "fastembed_encoder",
     "length_batches",
+    "load_tokenizer",
+    "mean_pooling_encoder",
     "open_session",
     "padded",
     "session_options",
@@ -281,25 +283,47 @@ class MeanPoolingEncoder:
         return result
 
 
-def fastembed_encoder(
-    model: Any, max_query_tokens: int, *, threads: int | None = None, document_workers: int = 1
-) -> MeanPoolingEncoder | None:
-    """A direct encoder of a `fastembed.TextEmbedding` made with `lazy_load=True`, if it is a
-    mean-pooling model (fastembed's `PooledEmbedding`); None for any other kind. Its session
-    (`threads`, as fastembed would open it) and its tokenizer (fastembed's `load_tokenizer`) are
-    opened here, so that fastembed holds neither unless it is run itself. With
-    `document_workers` > 1 it also gets a single-threaded `document_session` of the same file.
+def load_tokenizer(model_dir: Path) -> Any:
+    """The `tokenizers.Tokenizer` of `model_dir` (`tokenizer.json`) as fastembed's `load_tokenizer`
+    makes it for a mean-pooling model: truncated at `tokenizer_config.json`'s limit, the special
+    tokens of `special_tokens_map.json` added; no padding (the encoder pads its batches itself).
 
-    The caller knows that the model takes no query prefix (fastembed adds none for these)."""
-    from fastembed.common.preprocessor_utils import load_tokenizer
-    from fastembed.text.pooled_embedding import PooledEmbedding
+    The bundled model loads it here rather than through fastembed: importing fastembed (its image
+    preprocessing, its model hub client) costs about 20 MB of an idle gateway (docs/benchmarks.md, "Memory")."""
+    import json
 
-    inner = getattr(model, "model", None)
-    if not isinstance(inner, PooledEmbedding) or inner.model_description.additional_files:
-        return None
-    model_file = Path(inner._model_dir) / inner.model_description.model_file
+    from tokenizers import AddedToken, Tokenizer
+
+    config = json.loads((model_dir / "tokenizer_config.json").read_text(encoding="utf-8"))
+    limits = [v for v in (config.get("model_max_length"), config.get("max_length")) if type(v) is int and v > 0]
+    if not limits:
+        raise ValueError(f"{model_dir / 'tokenizer_config.json'} names no model_max_length or max_length")
+    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    truncation = tokenizer.truncation or {}
+    tokenizer.enable_truncation(
+        max_length=min(limits), direction=config.get("truncation_side") or truncation.get("direction", "right")
+    )
+    special = model_dir / "special_tokens_map.json"
+    tokens = json.loads(special.read_text(encoding="utf-8")) if special.is_file() else {}
+    for value in tokens.values():
+        for token in value if isinstance(value, list) else [value]:
+            tokenizer.add_special_tokens([AddedToken(**token) if isinstance(token, dict) else token])
+    tokenizer.no_padding()
+    return tokenizer
+
+
+def mean_pooling_encoder(
+    model_file: Path,
+    tokenizer: Any,
+    max_query_tokens: int,
+    *,
+    threads: int | None = None,
+    document_workers: int = 1,
+) -> MeanPoolingEncoder:
+    """A `MeanPoolingEncoder` of `model_file` and `tokenizer`: its session (`threads`, as fastembed
+    would open it) and, with `document_workers` > 1, a single-threaded `document_session` of the
+    same file (none, logged, if it cannot be opened: documents then run on the main session)."""
     session = open_session(model_file, session_options(threads))
-    tokenizer, _ = load_tokenizer(Path(inner._model_dir))
     documents = None
     if document_workers > 1:
         try:
@@ -319,4 +343,26 @@ def fastembed_encoder(
         max_query_tokens=max_query_tokens,
         document_session=documents,
         open_document_session=partial(document_session, model_file) if documents is not None else None,
+    )
+
+
+def fastembed_encoder(
+    model: Any, max_query_tokens: int, *, threads: int | None = None, document_workers: int = 1
+) -> MeanPoolingEncoder | None:
+    """A direct encoder of a `fastembed.TextEmbedding` made with `lazy_load=True`, if it is a
+    mean-pooling model (fastembed's `PooledEmbedding`); None for any other kind. Its session and
+    its tokenizer (fastembed's `load_tokenizer`) are opened here (`mean_pooling_encoder`), so that
+    fastembed holds neither unless it is run itself.
+
+    The caller knows that the model takes no query prefix (fastembed adds none for these)."""
+    from fastembed.common.preprocessor_utils import load_tokenizer as fastembed_tokenizer
+    from fastembed.text.pooled_embedding import PooledEmbedding
+
+    inner = getattr(model, "model", None)
+    if not isinstance(inner, PooledEmbedding) or inner.model_description.additional_files:
+        return None
+    model_file = Path(inner._model_dir) / inner.model_description.model_file
+    tokenizer, _ = fastembed_tokenizer(Path(inner._model_dir))
+    return mean_pooling_encoder(
+        model_file, tokenizer, max_query_tokens, threads=threads, document_workers=document_workers
     )
