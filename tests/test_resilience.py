@@ -297,6 +297,20 @@ async def test_a_slow_starting_server_is_waited_for_within_the_startup_timeout(t
             assert _text(await call(registry, "sluggish__echo", {"text": "late"})) == "late"
 
 
+async def test_a_client_connects_while_a_server_starts_slower_than_the_sdk_waits_for_discover(tmp_path: Path) -> None:
+    """The handshake waits for servers still connecting at most 8 s, whatever `GATEWAY_LIST_WAIT`
+    says: the SDK's client gives `server/discover` 10 s, and a later answer locked it out."""
+    config = write_config(
+        tmp_path / "gateway.yaml", "mcps:\n" + demo("sluggish", "--misbehave", "slow", "--start-delay", "20")
+    )
+    env = NO_EMBEDDINGS | {"GATEWAY_LIST_WAIT": "60", "GATEWAY_STARTUP_TIMEOUT": "60"}
+    with anyio.fail_after(90):
+        async with gateway_over_stdio(config, tmp_path, env) as client:  # the SDK's `auto`: discover first
+            assert client.session.discover_result is not None  # the 2026-07-28 protocol was negotiated
+            names = {tool.name for tool in (await client.list_tools()).tools}  # the list waits for it
+            assert "sluggish__echo" in names
+
+
 # ---- processes ----------------------------------------------------------------------------------
 
 

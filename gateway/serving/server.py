@@ -169,11 +169,11 @@ class GatewayServer:
     async def _track_connection(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         """Remember handshake-era connections: they get change notifications on their own channel.
 
-        The handshake itself waits (bounded) for servers still connecting, so that the
-        instructions it carries include theirs.
+        The handshake itself waits (bounded, `startup.HANDSHAKE_WAIT_SECONDS`) for servers still
+        connecting, so that the instructions it carries include theirs.
         """
         if ctx.method in ("initialize", "server/discover"):
-            await self.startup.all_servers()
+            await self.startup.handshake()
         self.notifications.remember(ctx)
         return await call_next(ctx)
 

@@ -8,7 +8,13 @@ import anyio
 from gateway.config.settings import Settings
 from gateway.registry import Registry
 
-__all__ = ["StartupWait"]
+__all__ = ["HANDSHAKE_WAIT_SECONDS", "StartupWait"]
+
+HANDSHAKE_WAIT_SECONDS = 8.0
+"""The longest a handshake (`initialize`, `server/discover`) waits for servers still connecting,
+whatever `list_wait` says. The SDK's client gives `server/discover` 10 s and then falls back to
+`initialize`; a discover answered after that has already settled the connection on the 2026-07-28
+protocol, so the fallback is refused and the client cannot connect at all."""
 
 
 class StartupWait:
@@ -28,6 +34,12 @@ class StartupWait:
         if not self._all_settled:
             await self.registry.wait_settled(self.settings.list_wait)
             self._all_settled = all(u.settled for u in self.registry.upstreams.values())
+
+    async def handshake(self) -> None:
+        """Let a handshake wait for servers still connecting, at most `HANDSHAKE_WAIT_SECONDS`,
+        so that the instructions it carries include theirs while the client is still waiting."""
+        if not self._all_settled:
+            await self.registry.wait_settled(min(self.settings.list_wait, HANDSHAKE_WAIT_SECONDS))
 
     async def owner_of(self, name: str) -> None:
         """Before resolving a name at start-up, wait for the server it belongs to to connect.
