@@ -235,7 +235,8 @@ def test_the_sdk_code_the_lean_path_mirrors_is_unchanged(owner: type, name: str,
 
 def test_the_sdk_state_the_lean_path_reads_is_there() -> None:
     transport = StreamableHTTPServerTransport(mcp_session_id="s", idle_timeout=5.0)
-    for attribute in ("idle_scope", "_requests_in_flight", "_idle_timeout", "_request_streams", "is_terminated"):
+    attributes = ("idle_scope", "_requests_in_flight", "_idle_timeout", "_request_streams", "is_terminated")
+    for attribute in (*attributes, "_check_content_type"):
         assert hasattr(transport, attribute), attribute
     assert {"scope", "dctx"} <= set(_InFlight.__dataclass_fields__)
     assert "_related_request_id" in inspect.signature(JSONRPCDispatcher.send_raw_request).parameters

@@ -33,7 +33,7 @@ the request with `notifications/cancelled` gets the SDK's `REQUEST_CANCELLED` an
 
 Reaching into the SDK (mcp 2.3, pinned below 2.4): the session manager's `_server_instances` and
 `_session_owners`, the transport's idle accounting (`idle_scope`, `_requests_in_flight`,
-`_idle_timeout`) and `_request_streams`, the dispatcher's `_in_flight` table (`_InFlight`) and
+`_idle_timeout`), `_request_streams` and `_check_content_type`, the dispatcher's `_in_flight` table (`_InFlight`) and
 `send_raw_request(..., _related_request_id=)`. `tests/test_lean_path.py` fails when they change.
 """
 
@@ -54,7 +54,12 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorizat
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.server.session import ServerSession
-from mcp.server.streamable_http import REQUEST_CANCELLED, REQUEST_STREAM_BUFFER_SIZE, EventMessage
+from mcp.server.streamable_http import (
+    REQUEST_CANCELLED,
+    REQUEST_STREAM_BUFFER_SIZE,
+    EventMessage,
+    check_accept_headers,
+)
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.dispatcher import CallOptions
 from mcp.shared.exceptions import MCPError, NoBackChannelError
@@ -321,7 +326,8 @@ class LeanPath:
             return None
         if not connection.initialize_accepted or connection.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
             return None
-        if not _is_json(headers.get(b"content-type", b"")) or not _accepts_both(headers.get(b"accept", b"")):
+        request = Request(scope)  # the SDK's own checks of both headers, as its transport runs them
+        if not transport._check_content_type(request) or not all(check_accept_headers(request)):
             return None
         return session
 
@@ -498,17 +504,3 @@ def _replaying(messages: list[Message], receive: Receive) -> Receive:
 
 def _headers(scope: Scope) -> dict[bytes, bytes]:
     return {name: value for name, value in scope["headers"]}
-
-
-def _is_json(content_type: bytes) -> bool:
-    return any(part.strip() == b"application/json" for part in content_type.split(b";")[0].split(b","))
-
-
-def _accepts_both(accept: bytes) -> bool:
-    """Both JSON and SSE, wildcards included (the SDK's `check_accept_headers`)."""
-    types = {part.split(b";")[0].strip().lower() for part in accept.split(b",")}
-    if b"*/*" in types:
-        return True
-    has_json = b"application/json" in types or b"application/*" in types
-    has_sse = b"text/event-stream" in types or b"text/*" in types
-    return has_json and has_sse
