@@ -92,6 +92,18 @@ def too_large_in(exc: MCPError) -> tuple[int, bool, int] | None:
         return None
 
 
+def _log_dropped(size: int, exact: bool, request_id: int | str | None, source: str, limit: int) -> None:
+    logger.warning(
+        "dropped a message of %s%d bytes (id %r) from %s: over %s, %d bytes",
+        "" if exact else "more than ",
+        size,
+        request_id,
+        source,
+        SETTING,
+        limit,
+    )
+
+
 def _encoded(message: dict[str, Any]) -> bytes:
     return json.dumps(message, separators=(",", ":")).encode()
 
@@ -145,14 +157,7 @@ class LineBuffer:
             self._pieces = []
             return line
         request_id = message_id(self._head, self._tail)
-        logger.warning(
-            "dropped a %d-byte message (id %r) from %s: over %s, %d bytes",
-            size,
-            request_id,
-            self.source,
-            SETTING,
-            self.limit,
-        )
+        _log_dropped(size, True, request_id, self.source, self.limit)
         return None if request_id is None else too_large_error(request_id, size, True, self.limit)
 
 
@@ -190,14 +195,7 @@ class BoundedStream(httpx2.AsyncByteStream):
                 f"{self._source} sent a message of {'' if exact else 'more than '}{size} bytes, "
                 f"over the gateway's limit of {self._limit} ({SETTING}); it answers no request the gateway can name"
             )
-        logger.warning(
-            "dropped a message of %s%d bytes from %s: over %s, %d bytes",
-            "" if exact else "more than ",
-            size,
-            self._source,
-            SETTING,
-            self._limit,
-        )
+        _log_dropped(size, exact, request_id, self._source, self._limit)
         return _encoded(too_large_error(request_id, size, exact, self._limit))
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
