@@ -63,15 +63,10 @@ def fix_mmap_threshold() -> bool:
     Does nothing off glibc, and leaves alone a process whose environment tunes malloc
     itself (`MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_`, ...: glibc read them at start).
     """
-    if not sys.platform.startswith("linux") or any(name.startswith("MALLOC_") for name in os.environ):
+    if any(name.startswith("MALLOC_") for name in os.environ):
         return False
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
-    try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+    mallopt = getattr(_glibc(), "mallopt", None)
+    if mallopt is None:  # not Linux, or not glibc (musl has no mallopt)
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
