@@ -35,10 +35,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from gateway.config.settings import EmbeddingSettings  # noqa: E402
 from gateway.router.cache import SqliteEmbeddingCache  # noqa: E402
-from gateway.router.embedder import load_embedder  # noqa: E402
 from gateway.router.eval import load_catalog, load_queries  # noqa: E402
 from gateway.router.index import Router  # noqa: E402
 from gateway.router.learning import LearningConfig  # noqa: E402
+from gateway.router.model_loading import load_embedder  # noqa: E402
 from gateway.router.signals import UsageSignal  # noqa: E402
 
 DATA = REPO.parent / "shared" / "eval" / "livemcpbench"

@@ -48,9 +48,9 @@ import mcp_types as types  # noqa: E402
 from gateway.config.settings import Settings  # noqa: E402
 from gateway.router.base import Embedder, ToolRecord  # noqa: E402
 from gateway.router.cache import SqliteEmbeddingCache  # noqa: E402
-from gateway.router.embedder import load_embedder  # noqa: E402
 from gateway.router.eval import load_catalog  # noqa: E402
 from gateway.router.index import Router  # noqa: E402
+from gateway.router.model_loading import load_embedder  # noqa: E402
 
 
 def repeated_catalog(catalogs: list[list[ToolRecord]], size: int) -> list[ToolRecord]:

@@ -31,9 +31,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from gateway.config.settings import EmbeddingSettings  # noqa: E402
 from gateway.router.base import Embedder  # noqa: E402
-from gateway.router.embedder import load_embedder  # noqa: E402
 from gateway.router.eval import EvalReport, evaluate  # noqa: E402
 from gateway.router.eval_sets import load_set  # noqa: E402
+from gateway.router.model_loading import load_embedder  # noqa: E402
 from gateway.router.remote_embedder import EndpointEmbedder  # noqa: E402
 
 KS = (1, 5, 10)

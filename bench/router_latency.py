@@ -270,7 +270,7 @@ def main() -> int:
 
     from gateway.config.settings import EmbeddingSettings
     from gateway.router.cache import SqliteEmbeddingCache
-    from gateway.router.embedder import load_embedder
+    from gateway.router.model_loading import load_embedder
 
     settings = EmbeddingSettings() if args.batch_size is None else EmbeddingSettings(batch_size=args.batch_size)
     results: dict[str, object] = {

@@ -255,7 +255,7 @@ def main() -> int:
     ks = [int(k) for k in args.k.split(",")]
 
     from gateway.config.settings import EmbeddingSettings
-    from gateway.router.embedder import load_embedder
+    from gateway.router.model_loading import load_embedder
 
     with tempfile.TemporaryDirectory(prefix="router-variants-") as tmp:
         settings = EmbeddingSettings() if args.batch_size is None else EmbeddingSettings(batch_size=args.batch_size)

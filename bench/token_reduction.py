@@ -52,7 +52,7 @@ def main() -> int:
     embedder = None
     if not args.bm25:
         from gateway.config.settings import Settings
-        from gateway.router.embedder import load_embedder
+        from gateway.router.model_loading import load_embedder
 
         settings = Settings()
         embedder = load_embedder(settings.embedding, settings.data_dir)

@@ -117,7 +117,8 @@ def embedder(model_data_dir: Path) -> FastEmbedEmbedder:
 
     Loading it takes about a second; tests that only embed with it share this one.
     """
-    from gateway.router.embedder import FastEmbedEmbedder, load_embedder
+    from gateway.router.embedder import FastEmbedEmbedder
+    from gateway.router.model_loading import load_embedder
 
     loaded = load_embedder(EmbeddingSettings(), model_data_dir)
     assert isinstance(loaded, FastEmbedEmbedder), "the bundled embedding model must load"

@@ -29,9 +29,10 @@ from gateway.router.bundled_model import (
     prepare_model_dir,
 )
 from gateway.router.cache import SqliteEmbeddingCache, cache_key
-from gateway.router.embedder import FastEmbedEmbedder, load_embedder
+from gateway.router.embedder import FastEmbedEmbedder
+from gateway.router.model_loading import load_embedder
 
-LOGGER = "gateway.router.embedder"
+LOGGER = "gateway.router.model_loading"
 
 
 @pytest.fixture

@@ -21,10 +21,10 @@ from mcp import Client
 from gateway.config.settings import EmbeddingSettings, RoutingSettings, Settings
 from gateway.registry import Registry
 from gateway.router.base import Embedder
-from gateway.router.embedder import load_embedder
 from gateway.router.eval import evaluate
 from gateway.router.eval_sets import load_set
 from gateway.router.index import Router
+from gateway.router.model_loading import load_embedder
 from gateway.router.remote_embedder import EndpointEmbedder
 from gateway.router.service import RouterService, build_router
 from gateway.serving.server import GatewayServer

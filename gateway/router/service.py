@@ -100,7 +100,7 @@ def load_router_embedder(settings: Settings, pm: PluginManager | None) -> Embedd
                 raise TypeError(f"gateway_embedder returned {type(provided).__name__}, which is not an Embedder")
             logger.info("router: embedding model %s (from a plugin)", provided.model_id)
             return provided
-    from gateway.router.embedder import load_embedder
+    from gateway.router.model_loading import load_embedder
 
     key = (settings.embedding.model_dump_json(), str(settings.data_dir.resolve()))
     with _shared_lock:  # held while loading: a second caller waits for the first load, not a second one

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.config.settings import EmbeddingSettings
-from gateway.router.embedder import load_embedder
+from gateway.router.model_loading import load_embedder
 
 
 def main() -> None:
