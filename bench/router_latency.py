@@ -268,7 +268,7 @@ def main() -> int:
     parser.add_argument("--compare", action="store_true", help="also compare the previous query path (section 5)")
     args = parser.parse_args()
 
-    from gateway.config.settings import EmbeddingSettings
+    from gateway.config.routing_settings import EmbeddingSettings
     from gateway.router.cache import SqliteEmbeddingCache
     from gateway.router.model_loading import load_embedder
 

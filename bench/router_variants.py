@@ -254,7 +254,7 @@ def main() -> int:
         parser.error(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
     ks = [int(k) for k in args.k.split(",")]
 
-    from gateway.config.settings import EmbeddingSettings
+    from gateway.config.routing_settings import EmbeddingSettings
     from gateway.router.model_loading import load_embedder
 
     with tempfile.TemporaryDirectory(prefix="router-variants-") as tmp:

@@ -17,7 +17,7 @@ import mcp_types as types
 import numpy as np
 import pytest
 
-from gateway.config.settings import RoutingSettings
+from gateway.config.routing_settings import RoutingSettings
 from gateway.router.base import BULK_ROUNDS, Embedder, Matrix, ToolRecord, Vector, bulk_size
 from gateway.router.bm25 import BM25Index, tokenize
 from gateway.router.cache import cache_key
