@@ -170,8 +170,8 @@ def compare_paths(
     """Section 5: the previous query path (fastembed, request as written) against the current one."""
     from gateway.router.documents import dense_document
     from gateway.router.embedder import FastEmbedEmbedder
-    from gateway.router.index import RouterConfig
     from gateway.router.query import compact_query
+    from gateway.router.router_config import RouterConfig
 
     if not isinstance(embedder, FastEmbedEmbedder) or not embedder.direct:
         return {"skipped": "the embedder has no direct path"}

@@ -69,7 +69,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from gateway.router.bm25 import tokenize  # noqa: E402
 from gateway.router.documents import split_identifier  # noqa: E402
 from gateway.router.eval import run_eval  # noqa: E402
-from gateway.router.index import RouterConfig  # noqa: E402
+from gateway.router.router_config import RouterConfig  # noqa: E402
 
 VARIANTS: dict[str, RouterConfig] = {
     "bm25": RouterConfig(fusion="bm25"),

@@ -30,7 +30,8 @@ from gateway.router.documents import (
 )
 from gateway.router.embedder import FastEmbedEmbedder
 from gateway.router.eval import format_report, load_catalog, run_eval
-from gateway.router.index import EMBED_BATCH, Router, RouterConfig
+from gateway.router.index import EMBED_BATCH, Router
+from gateway.router.router_config import RouterConfig
 from gateway.router.steps import split_query
 from tests.conftest import EXAMPLE_CONFIG
 
