@@ -41,7 +41,9 @@ import uvicorn  # noqa: E402
 from mcp import Client  # noqa: E402
 from timing import paired_added, percentile, timed  # noqa: E402
 
-from gateway.config.settings import EmbeddingSettings, RecordsSettings, Settings  # noqa: E402
+from gateway.config.routing_settings import EmbeddingSettings  # noqa: E402
+from gateway.config.runtime_settings import RecordsSettings  # noqa: E402
+from gateway.config.settings import Settings  # noqa: E402
 from gateway.records.service import Records, open_store  # noqa: E402
 from gateway.records.store import Batch  # noqa: E402
 from gateway.registry import Registry  # noqa: E402

@@ -54,7 +54,8 @@ from tokenizers import Tokenizer  # noqa: E402
 
 import plugins.sql  # noqa: E402
 from gateway.codemode import CodeMode  # noqa: E402
-from gateway.config.settings import CodeModeSettings, EmbeddingSettings, RoutingSettings, Settings  # noqa: E402
+from gateway.config.routing_settings import CodeModeSettings, EmbeddingSettings, RoutingSettings  # noqa: E402
+from gateway.config.settings import Settings  # noqa: E402
 from gateway.registry import Registry  # noqa: E402
 from gateway.router.service import RouterService, build_router  # noqa: E402
 from gateway.serving.server import GatewayServer  # noqa: E402

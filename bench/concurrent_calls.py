@@ -32,7 +32,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from gateway.config.loader import parse_config  # noqa: E402
-from gateway.config.settings import ResilienceSettings, Settings  # noqa: E402
+from gateway.config.runtime_settings import ResilienceSettings  # noqa: E402
+from gateway.config.settings import Settings  # noqa: E402
 from gateway.registry import Registry  # noqa: E402
 from gateway.server_specs import specs_from_config  # noqa: E402
 from gateway.serving.server import GatewayServer  # noqa: E402

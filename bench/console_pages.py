@@ -45,7 +45,8 @@ sys.path.insert(0, str(REPO))
 
 from timing import percentile  # noqa: E402
 
-from gateway.config.settings import EmbeddingSettings, Settings  # noqa: E402
+from gateway.config.routing_settings import EmbeddingSettings  # noqa: E402
+from gateway.config.settings import Settings  # noqa: E402
 from gateway.records.model import FEEDBACK_TOKEN_META_KEY, PendingExecution  # noqa: E402
 from gateway.records.service import Records, open_store  # noqa: E402
 from gateway.registry import Registry  # noqa: E402

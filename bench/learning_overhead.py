@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from gateway.config.settings import EmbeddingSettings  # noqa: E402
+from gateway.config.routing_settings import EmbeddingSettings  # noqa: E402
 from gateway.router.cache import SqliteEmbeddingCache  # noqa: E402
 from gateway.router.eval import load_catalog, load_queries  # noqa: E402
 from gateway.router.index import Router  # noqa: E402

@@ -37,7 +37,8 @@ from timing import timed  # noqa: E402
 
 from gateway.calls import ToolCall, compose  # noqa: E402
 from gateway.calls.metrics import CallMetrics  # noqa: E402
-from gateway.config.settings import EmbeddingSettings, Settings  # noqa: E402
+from gateway.config.routing_settings import EmbeddingSettings  # noqa: E402
+from gateway.config.settings import Settings  # noqa: E402
 from gateway.registry import Registry  # noqa: E402
 from gateway.upstreams.upstream import UpstreamSpec  # noqa: E402
 from tests.servers.demo_server import create_server  # noqa: E402

@@ -27,7 +27,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from gateway.config.settings import EmbeddingSettings, Settings  # noqa: E402
+from gateway.config.routing_settings import EmbeddingSettings  # noqa: E402
+from gateway.config.settings import Settings  # noqa: E402
 from gateway.router.index import Router  # noqa: E402
 from gateway.router.model_loading import load_embedder  # noqa: E402
 from plugins.openapi.search import build_router  # noqa: E402

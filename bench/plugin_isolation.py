@@ -39,7 +39,9 @@ import anyio  # noqa: E402
 from timing import paired_added, percentile, timed  # noqa: E402
 
 from gateway.config.loader import load_config  # noqa: E402
-from gateway.config.settings import EmbeddingSettings, PluginSettings, RecordsSettings, Settings  # noqa: E402
+from gateway.config.routing_settings import EmbeddingSettings  # noqa: E402
+from gateway.config.runtime_settings import PluginSettings, RecordsSettings  # noqa: E402
+from gateway.config.settings import Settings  # noqa: E402
 from gateway.errors import GatewayError  # noqa: E402
 from gateway.observability.loop_watchdog import LoopWatchdog  # noqa: E402
 from gateway.plugins import get_plugin_manager, plugin_of_module  # noqa: E402

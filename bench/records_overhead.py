@@ -42,7 +42,9 @@ from mcp import Client
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from gateway.config.settings import EmbeddingSettings, RecordsSettings, Settings  # noqa: E402
+from gateway.config.routing_settings import EmbeddingSettings  # noqa: E402
+from gateway.config.runtime_settings import RecordsSettings  # noqa: E402
+from gateway.config.settings import Settings  # noqa: E402
 from gateway.records.service import Records, open_store  # noqa: E402
 from gateway.registry import Registry  # noqa: E402
 from gateway.serving.server import GatewayServer  # noqa: E402

@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from gateway.config.settings import EmbeddingSettings  # noqa: E402
+from gateway.config.routing_settings import EmbeddingSettings  # noqa: E402
 from gateway.router.base import Embedder  # noqa: E402
 from gateway.router.eval import EvalReport, evaluate  # noqa: E402
 from gateway.router.eval_sets import load_set  # noqa: E402

@@ -170,8 +170,8 @@ def compare_paths(
     """Section 5: the previous query path (fastembed, request as written) against the current one."""
     from gateway.router.documents import dense_document
     from gateway.router.embedder import FastEmbedEmbedder
-    from gateway.router.index import RouterConfig
     from gateway.router.query import compact_query
+    from gateway.router.router_config import RouterConfig
 
     if not isinstance(embedder, FastEmbedEmbedder) or not embedder.direct:
         return {"skipped": "the embedder has no direct path"}
@@ -268,7 +268,7 @@ def main() -> int:
     parser.add_argument("--compare", action="store_true", help="also compare the previous query path (section 5)")
     args = parser.parse_args()
 
-    from gateway.config.settings import EmbeddingSettings
+    from gateway.config.routing_settings import EmbeddingSettings
     from gateway.router.cache import SqliteEmbeddingCache
     from gateway.router.model_loading import load_embedder
 

@@ -69,10 +69,11 @@ from gateway.router.documents import tool_document, truncate_tokens  # noqa: E40
 from gateway.router.embedder import FastEmbedEmbedder  # noqa: E402
 from gateway.router.eval import EvalQuery, score_ranking  # noqa: E402
 from gateway.router.eval_sets import BASELINES, EvalSet, SharedVectors, load_set  # noqa: E402
-from gateway.router.index import Router, RouterConfig  # noqa: E402
+from gateway.router.index import Router  # noqa: E402
 from gateway.router.long_requests import long_requests  # noqa: E402
 from gateway.router.model_loading import load_embedder  # noqa: E402
 from gateway.router.query import compact_query  # noqa: E402
+from gateway.router.router_config import RouterConfig  # noqa: E402
 from gateway.router.steps import split_query  # noqa: E402
 
 KS = (1, 5, 10)

@@ -31,9 +31,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from gateway.config.settings import Settings  # noqa: E402
 from gateway.router.eval_sets import EvalSet, load_set  # noqa: E402
-from gateway.router.index import Router, RouterConfig  # noqa: E402
+from gateway.router.index import Router  # noqa: E402
 from gateway.router.long_requests import long_requests  # noqa: E402
 from gateway.router.model_loading import load_embedder  # noqa: E402
+from gateway.router.router_config import RouterConfig  # noqa: E402
 from gateway.router.steps import split_query  # noqa: E402
 
 

@@ -69,7 +69,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from gateway.router.bm25 import tokenize  # noqa: E402
 from gateway.router.documents import split_identifier  # noqa: E402
 from gateway.router.eval import run_eval  # noqa: E402
-from gateway.router.index import RouterConfig  # noqa: E402
+from gateway.router.router_config import RouterConfig  # noqa: E402
 
 VARIANTS: dict[str, RouterConfig] = {
     "bm25": RouterConfig(fusion="bm25"),
@@ -254,7 +254,7 @@ def main() -> int:
         parser.error(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
     ks = [int(k) for k in args.k.split(",")]
 
-    from gateway.config.settings import EmbeddingSettings
+    from gateway.config.routing_settings import EmbeddingSettings
     from gateway.router.model_loading import load_embedder
 
     with tempfile.TemporaryDirectory(prefix="router-variants-") as tmp:

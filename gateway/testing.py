@@ -18,7 +18,8 @@ import anyio
 from mcp import Client
 
 from gateway.config.loader import GatewayConfig, load_config
-from gateway.config.settings import PluginSettings, Settings
+from gateway.config.runtime_settings import PluginSettings
+from gateway.config.settings import Settings
 from gateway.plugins import get_plugin_manager
 from gateway.registry import Registry
 from gateway.server_specs import check_plugin_sections, specs_from_plugins

@@ -21,7 +21,8 @@ import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
 
-from gateway.config.settings import EmbeddingSettings, Settings
+from gateway.config.routing_settings import EmbeddingSettings
+from gateway.config.settings import Settings
 
 if TYPE_CHECKING:
     from gateway.router.embedder import FastEmbedEmbedder

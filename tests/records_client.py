@@ -13,7 +13,9 @@ import mcp_types as types
 from mcp import Client
 from mcp.server import MCPServer
 
-from gateway.config.settings import EmbeddingSettings, RecordsSettings, RoutingSettings, Settings
+from gateway.config.routing_settings import EmbeddingSettings, RoutingSettings
+from gateway.config.runtime_settings import RecordsSettings
+from gateway.config.settings import Settings
 from gateway.records.model import FEEDBACK_TOKEN_META_KEY
 from gateway.records.service import Records, open_store
 from gateway.registry import Registry

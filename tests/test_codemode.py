@@ -24,7 +24,8 @@ from mcp import Client, StdioServerParameters
 from mcp.server import MCPServer
 
 import plugins.sql
-from gateway.config.settings import CodeModeSettings, EmbeddingSettings, RoutingSettings, Settings
+from gateway.config.routing_settings import CodeModeSettings, EmbeddingSettings, RoutingSettings
+from gateway.config.settings import Settings
 from gateway.errors import ERROR_META_KEY
 from gateway.records.model import FEEDBACK_TOKEN_META_KEY
 from gateway.records.queries import call_detail

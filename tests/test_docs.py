@@ -37,7 +37,8 @@ def test_every_hook_is_exercised_by_a_test() -> None:
 def test_the_complete_plugin_in_the_guide_works_when_pasted_into_plugins(tmp_path: Path) -> None:
     import anyio
 
-    from gateway.config.settings import PluginSettings, Settings
+    from gateway.config.runtime_settings import PluginSettings
+    from gateway.config.settings import Settings
     from tests.conftest import call_plugin_tool
 
     guide = (REPO / "docs" / "plugins.md").read_text()
@@ -55,7 +56,7 @@ def test_the_complete_plugin_in_the_guide_works_when_pasted_into_plugins(tmp_pat
 
 
 def test_every_local_url_of_the_endpoint_or_the_console_in_the_docs_names_the_default_port() -> None:
-    from gateway.config.settings import HttpSettings
+    from gateway.config.runtime_settings import HttpSettings
 
     default = HttpSettings().port
     pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gateway.config.settings import EmbeddingSettings
+from gateway.config.routing_settings import EmbeddingSettings
 from gateway.router import bundled_model
 from gateway.router.base import Embedder, EmbeddingCache
 from gateway.router.bundled_model import (

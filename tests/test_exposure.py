@@ -16,7 +16,8 @@ import mcp_types as types
 import pytest
 from mcp import Client
 
-from gateway.config.settings import RoutingSettings, Settings
+from gateway.config.routing_settings import RoutingSettings
+from gateway.config.settings import Settings
 from gateway.registry import Registry
 from gateway.router.service import RouterService, build_router
 from gateway.serving.exposure import resolve_mode

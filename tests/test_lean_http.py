@@ -28,7 +28,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from gateway.config.loader import load_config
-from gateway.config.settings import Settings, UpstreamSettings
+from gateway.config.runtime_settings import UpstreamSettings
+from gateway.config.settings import Settings
 from gateway.registry import Registry
 from gateway.server_specs import specs_from_config
 from gateway.upstreams import lean_http

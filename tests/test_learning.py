@@ -19,7 +19,8 @@ import anyio
 import numpy as np
 import pytest
 
-from gateway.config.settings import EmbeddingSettings, LearningSettings, Settings
+from gateway.config.routing_settings import EmbeddingSettings, LearningSettings
+from gateway.config.settings import Settings
 from gateway.registry import Registry
 from gateway.router.base import Embedder, Vector
 from gateway.router.cache import SqliteEmbeddingCache

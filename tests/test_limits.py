@@ -11,8 +11,9 @@ import mcp_types as types
 import pytest
 from mcp import Client
 
+from gateway.config.runtime_settings import PluginSettings
 from gateway.config.security import LimitsConfig, SecurityConfig
-from gateway.config.settings import PluginSettings, Settings
+from gateway.config.settings import Settings
 from gateway.errors import ERROR_META_KEY
 from gateway.plugins import get_plugin_manager
 from gateway.registry import Registry

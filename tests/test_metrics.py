@@ -12,7 +12,8 @@ import httpx2
 import pytest
 from mcp import Client
 
-from gateway.config.settings import EmbeddingSettings, RoutingSettings, Settings
+from gateway.config.routing_settings import EmbeddingSettings, RoutingSettings
+from gateway.config.settings import Settings
 from gateway.observability.metrics import GatewayMetrics
 from gateway.registry import Registry
 from gateway.router.service import RouterService, build_router

@@ -14,7 +14,8 @@ import pytest
 from mcp.server import Server
 
 from gateway.config.loader import ConfigError, GatewayConfig, load_config
-from gateway.config.settings import PluginSettings, Settings
+from gateway.config.runtime_settings import PluginSettings
+from gateway.config.settings import Settings
 from gateway.plugins import get_plugin_manager, plugin_directory
 from gateway.registry import Registry
 from gateway.server_specs import check_plugin_sections, specs_from_plugins

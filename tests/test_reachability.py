@@ -20,7 +20,7 @@ import httpx2
 import pytest
 
 from gateway.cli.main import run
-from gateway.config.settings import HttpSettings
+from gateway.config.runtime_settings import HttpSettings
 from gateway.security.auth import hash_key, new_key
 from gateway.security.reachability import beyond_loopback, is_loopback, request_beyond_loopback
 from tests.conftest import NO_EMBEDDINGS, REPO, gateway_env, start_gateway_http, stop_process, write_config

@@ -23,7 +23,8 @@ from mcp.shared.exceptions import MCPError
 
 from gateway.calls import ToolCall, compose
 from gateway.calls.retry import Retries
-from gateway.config.settings import RecordsSettings, Settings
+from gateway.config.runtime_settings import RecordsSettings
+from gateway.config.settings import Settings
 from gateway.errors import ERROR_META_KEY, UpstreamUnavailable
 from gateway.records.audit import AuditRow, audit_rows, write_audit
 from gateway.records.cut import truncated_arguments

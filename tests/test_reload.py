@@ -25,7 +25,8 @@ from mcp import Client, StdioServerParameters
 from watchfiles import awatch
 
 from gateway.config.loader import load_config
-from gateway.config.settings import PluginSettings, Settings
+from gateway.config.runtime_settings import PluginSettings
+from gateway.config.settings import Settings
 from gateway.errors import GatewayError, UpstreamUnavailable
 from gateway.plugins import get_plugin_manager
 from gateway.registry import OPERATOR_DISABLED, Registry, UnknownServer

@@ -30,7 +30,8 @@ from gateway.calls import compose
 from gateway.calls.breaker import CircuitBreaker, CircuitBreakers, refusal
 from gateway.calls.timeout import apply_timeout
 from gateway.config.loader import load_config
-from gateway.config.settings import ResilienceSettings, Settings
+from gateway.config.runtime_settings import ResilienceSettings
+from gateway.config.settings import Settings
 from gateway.errors import ERROR_META_KEY, GatewayError, UpstreamTimeout, UpstreamUnavailable
 from gateway.registry import Registry
 from gateway.server_specs import specs_from_config

@@ -17,7 +17,7 @@ import mcp_types as types
 import numpy as np
 import pytest
 
-from gateway.config.settings import RoutingSettings
+from gateway.config.routing_settings import RoutingSettings
 from gateway.router.base import BULK_ROUNDS, Embedder, Matrix, ToolRecord, Vector, bulk_size
 from gateway.router.bm25 import BM25Index, tokenize
 from gateway.router.cache import cache_key
@@ -30,7 +30,8 @@ from gateway.router.documents import (
 )
 from gateway.router.embedder import FastEmbedEmbedder
 from gateway.router.eval import format_report, load_catalog, run_eval
-from gateway.router.index import EMBED_BATCH, Router, RouterConfig
+from gateway.router.index import EMBED_BATCH, Router
+from gateway.router.router_config import RouterConfig
 from gateway.router.steps import split_query
 from tests.conftest import EXAMPLE_CONFIG
 

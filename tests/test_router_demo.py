@@ -20,7 +20,9 @@ import pytest
 from mcp import Client
 
 from gateway.cli.common import load
-from gateway.config.settings import PluginSettings, RoutingSettings, Settings
+from gateway.config.routing_settings import RoutingSettings
+from gateway.config.runtime_settings import PluginSettings
+from gateway.config.settings import Settings
 from gateway.router.service import RouterService, build_router
 from gateway.serving.http import bind_socket, serve_http
 from gateway.serving.server import GatewayServer

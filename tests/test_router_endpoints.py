@@ -18,7 +18,8 @@ import httpx2
 import pytest
 from mcp import Client
 
-from gateway.config.settings import EmbeddingSettings, RoutingSettings, Settings
+from gateway.config.routing_settings import EmbeddingSettings, RoutingSettings
+from gateway.config.settings import Settings
 from gateway.registry import Registry
 from gateway.router.base import Embedder
 from gateway.router.eval import evaluate

@@ -16,7 +16,7 @@ import mcp_types as types
 import pytest
 from mcp import Client
 
-from gateway.config.settings import SecondStageSettings
+from gateway.config.routing_settings import SecondStageSettings
 from gateway.router.base import SearchHit
 from gateway.router.index import Router
 from gateway.router.second_stage import SecondStage, judge_prompt, parse_verdict

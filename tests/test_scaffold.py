@@ -11,7 +11,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from gateway.config.settings import PluginSettings, Settings
+from gateway.config.runtime_settings import PluginSettings
+from gateway.config.settings import Settings
 from tests.conftest import REPO, call_plugin_tool
 
 

@@ -464,7 +464,7 @@ async def test_the_console_exporter_writes_on_stderr_with_the_replica_and_leaves
 def test_tracing_off_loads_no_opentelemetry_sdk_or_exporter() -> None:
     code = (
         "import sys\n"
-        "from gateway.config.settings import TracingSettings\n"
+        "from gateway.config.runtime_settings import TracingSettings\n"
         "from gateway.observability.tracing import enabled, start_tracing\n"
         "import gateway.cli.serve, gateway.serving.http\n"
         "assert start_tracing(TracingSettings()) is None and not enabled()\n"
@@ -503,7 +503,7 @@ def test_tracing_without_the_otel_extra_names_the_extra_to_install(tmp_path: Pat
     code = (
         "import sys\n"
         "sys.modules['opentelemetry.sdk'] = None  # as if the otel extra were not installed\n"
-        "from gateway.config.settings import TracingSettings\n"
+        "from gateway.config.runtime_settings import TracingSettings\n"
         "from gateway.observability.tracing import TracingUnavailable, start_tracing\n"
         "try:\n"
         "    start_tracing(TracingSettings(enabled=True))\n"

@@ -31,7 +31,7 @@ from pydantic_monty import (
 )
 
 from gateway.codemode.program_api import TOOL_CALLS_LIMIT, ProgramTools
-from gateway.config.settings import CodeModeSettings
+from gateway.config.routing_settings import CodeModeSettings
 
 __all__ = ["ProgramError", "RunOutcome", "SandboxPool"]
 

@@ -21,7 +21,7 @@ from gateway.codemode.report import program_result
 from gateway.codemode.sandbox import RunOutcome, SandboxPool
 from gateway.codemode.signatures import signature
 from gateway.codemode.write_gate import ConfirmWrites, RunWrites, WriteGate, read_only
-from gateway.config.settings import CodeModeSettings
+from gateway.config.routing_settings import CodeModeSettings
 
 __all__ = ["MAX_DESCRIBE", "MAX_PROGRAM_BYTES", "CodeArgumentError", "CodeMode", "parse_names", "parse_program"]
 

@@ -36,7 +36,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, StatusCode
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.config.settings import TracingSettings
+from gateway.config.runtime_settings import TracingSettings
 from gateway.errors import GatewayError
 from gateway.version import installed_version
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from itertools import islice
 from typing import Any
 
-from gateway.config.loader import MASK
+from gateway.config.servers import MASK
 from gateway.sizes import cut_bytes, json_bytes, utf8_bytes
 
 __all__ = [

@@ -13,7 +13,7 @@ import fnmatch
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gateway.config.loader import MASK
+from gateway.config.servers import MASK
 from gateway.records.cut import truncated_arguments
 
 __all__ = ["MASK", "Masker", "Redactor", "no_mask"]

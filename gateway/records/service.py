@@ -15,7 +15,8 @@ import anyio
 import mcp_types as types
 
 from gateway.calls.chain import ToolCall
-from gateway.config.settings import RecordsSettings, Settings
+from gateway.config.runtime_settings import RecordsSettings
+from gateway.config.settings import Settings
 from gateway.errors import GatewayError
 from gateway.observability.tracing import current_trace_id
 from gateway.records.cut import refused_summary, size_estimate, storable

@@ -24,7 +24,8 @@ from typing import Any
 
 from gateway.router.base import Embedder, EmbeddingCache, ToolRecord
 from gateway.router.eval import EvalQuery
-from gateway.router.index import Router, RouterConfig
+from gateway.router.index import Router
+from gateway.router.router_config import RouterConfig
 
 __all__ = ["GRID", "MAX_RECALL_LOST", "AbstainReport", "format_abstain", "pick_threshold", "run_abstain"]
 

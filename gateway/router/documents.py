@@ -13,7 +13,7 @@ Pure functions: no model, no I/O.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gateway.router.base import ToolRecord
@@ -21,6 +21,7 @@ from gateway.router.base import ToolRecord
 __all__ = [
     "approx_tokens",
     "dense_document",
+    "server_document",
     "split_identifier",
     "tool_document",
     "tool_short_name",
@@ -176,3 +177,16 @@ def dense_document(record: ToolRecord) -> str:
     if record.extra:
         parts.append(truncate_tokens(". ".join(record.extra), DENSE_EXTRA_TOKENS))
     return ". ".join(p.rstrip(". ") for p in parts if p) + "."
+
+
+def server_document(records: Sequence[ToolRecord]) -> str:
+    """What one server is about: its name, tags and description, then its tools' names."""
+    first = records[0]
+    parts = [" ".join(split_identifier(first.server_name or first.server_id))]
+    if first.capabilities:
+        parts.append(", ".join(first.capabilities))
+    if first.server_description:
+        parts.append(truncate(first.server_description, 300))
+    tools = ", ".join(" ".join(split_identifier(tool_short_name(r))) for r in records)
+    parts.append("Tools: " + truncate(tools, 300))
+    return ". ".join(parts)

@@ -45,7 +45,8 @@ from typing import Any
 import mcp_types as types
 
 from gateway.router.base import Embedder, EmbeddingCache, ToolRecord
-from gateway.router.index import Router, RouterConfig
+from gateway.router.index import Router
+from gateway.router.router_config import RouterConfig
 
 __all__ = [
     "MRR_DEPTH",

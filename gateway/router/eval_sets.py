@@ -25,7 +25,7 @@ from typing import Any
 
 from gateway.router.base import Embedder, EmbeddingCache, Matrix, ToolRecord, Vector
 from gateway.router.eval import EvalQuery, EvalReport, evaluate, load_catalog, load_queries
-from gateway.router.index import RouterConfig
+from gateway.router.router_config import RouterConfig
 
 __all__ = ["BASELINES", "EvalSet", "MultiReport", "SharedVectors", "format_multi_report", "load_set", "run_sets"]
 

@@ -45,8 +45,7 @@ import threading
 import time
 from collections import ChainMap
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Literal
+from dataclasses import replace
 
 import numpy as np
 import numpy.typing as npt
@@ -64,22 +63,15 @@ from gateway.router.base import (
 )
 from gateway.router.bm25 import BM25Index
 from gateway.router.cache import cache_key
-from gateway.router.documents import (
-    dense_document,
-    split_identifier,
-    tool_document,
-    tool_short_name,
-    truncate,
-    truncate_tokens,
-)
+from gateway.router.documents import dense_document, server_document, tool_document, truncate_tokens
 from gateway.router.learning import LearningConfig, UsageModel, lexical_vector
 from gateway.router.query import compact_query
+from gateway.router.router_config import RouterConfig
 from gateway.router.signals import UsageSignal
+from gateway.router.snapshot import Snapshot
 from gateway.router.steps import split_query
 
-__all__ = ["EMBED_BATCH", "ENRICH_BATCH", "Router", "RouterConfig"]
-
-Fusion = Literal["weighted", "rrf", "dense", "bm25"]
+__all__ = ["EMBED_BATCH", "ENRICH_BATCH", "Router"]
 
 EMBED_BATCH = 32
 """Documents per `embed_documents` call during an update (one progress step each), at least."""
@@ -90,115 +82,6 @@ document workers: a search waiting for the model then waits for one text at most
 
 ENRICH_SWAP_SECONDS = 2.0
 """How often `enrich` swaps in the vectors embedded so far (each swap copies the matrix)."""
-
-
-@dataclass(frozen=True)
-class RouterConfig:
-    """How `Router.search` ranks. The defaults are the measured choice (docs/history/benchmarks-2026.md)."""
-
-    fusion: Fusion = "weighted"
-    """weighted: `dense_weight` * cosine + (1 - `dense_weight`) * BM25 coverage;
-    rrf: reciprocal rank fusion of the two rankings; dense / bm25: one signal alone.
-    Without an embedder every variant is BM25 alone."""
-    dense_weight: float = 0.5
-    rrf_k: int = 60
-    server_weight: float = 0.0
-    """> 0: add this weight times the score of the tool's server (its name, description
-    and tool names, scored like a tool) to each tool's score. Off by default: it did not
-    help on LiveMCPBench."""
-    split: Literal["off", "sentences", "clauses"] = "sentences"
-    """Rank a long request's steps (its sentences, see `split_query`) each on its own too,
-    and merge the rankings, so that its later steps are not lost: on long requests made of
-    3-5 MetaTool requests recall@10 went from 0.545 to 0.738 (plain BM25: 0.618), with
-    MetaTool unchanged and LiveMCPBench recall@10 0.559 -> 0.551 (docs/history/benchmarks-2026.md).
-    Each step costs a query embedding. Clauses (split at "and", "then", commas) measured
-    worse everywhere."""
-    merge: Literal["round_robin", "max", "mean", "share"] = "round_robin"
-    """With `split`: take turns between the rankings (the full request's first); a tool's
-    best score; the mean of the full request's score and the best step score; or each
-    step's share of the top k, more where a step is unsure (`fusion.share`: +0.013
-    recall@10 on long requests, but -0.033 recall@1 there and -0.019 on LiveMCPBench)."""
-    split_min_steps: int = 3
-    """With `split`: a request is ranked step by step only when it has at least this many
-    steps; shorter ones (a question and its context: most single-tool requests) are ranked
-    whole. 2 cost LiveMCPBench 0.02 recall@5 (and MetaTool 0.044 recall@1 with `share`)."""
-    full_document_weight: float = 0.5
-    """A tool's vector is `(1 - w) * v(short text) + w * v(full text)`, so its cosine is the
-    weighted mean of the two texts' cosines. The full text is its `tool_document`
-    (parameters, server description) cut at `full_document_tokens` word pieces, embedded
-    by `Router.enrich` after `update` (about 3.5 times the work of the short texts).
-    Measured on LiveMCPBench: +0.03 recall@5 and recall@10 on both halves of the queries
-    (docs/history/benchmarks-2026.md). 0: the short text alone, and `enrich` does nothing."""
-    full_document_tokens: int = 128
-    """Where the full text is cut, in word pieces: the whole document (up to the model's
-    limit) cost twice as much to embed and ranked the same (docs/history/benchmarks-2026.md)."""
-    query_text: Literal["compact", "raw"] = "compact"
-    """What the embedding model reads of a request: `compact_query(request)` (paths and URLs
-    as their kind, no stopwords: recall within noise, 40% fewer word pieces, hence faster),
-    or the request as is. BM25 always reads the request as is."""
-    k1: float = 1.2
-    b: float = 0.75
-
-    def describe(self, dense: bool) -> str:
-        """A short name of the configuration, e.g. `weighted(dense=0.5,bm25=0.5)`."""
-        if not dense or self.fusion == "bm25":
-            parts = ["bm25"]
-        elif self.fusion == "weighted":
-            parts = [f"weighted(dense={self.dense_weight:g},bm25={1 - self.dense_weight:g})"]
-        elif self.fusion == "rrf":
-            parts = [f"rrf(k={self.rrf_k})"]
-        else:
-            parts = ["dense"]
-        if dense and self.fusion != "bm25" and self.full_document_weight:
-            parts.append(f"full-document={self.full_document_weight:g}/{self.full_document_tokens}")
-        if self.server_weight:
-            parts.append(f"server={self.server_weight:g}")
-        if self.split != "off":
-            parts.append(f"split={self.split}/{self.merge}")
-        if dense and self.fusion != "bm25" and self.query_text == "raw":
-            parts.append("raw-query")
-        return "+".join(parts)
-
-
-# ---------------------------------------------------------------------- the index
-
-
-def _server_document(records: Sequence[ToolRecord]) -> str:
-    """What one server is about: its name, tags and description, then its tools' names."""
-    first = records[0]
-    parts = [" ".join(split_identifier(first.server_name or first.server_id))]
-    if first.capabilities:
-        parts.append(", ".join(first.capabilities))
-    if first.server_description:
-        parts.append(truncate(first.server_description, 300))
-    tools = ", ".join(" ".join(split_identifier(tool_short_name(r))) for r in records)
-    parts.append("Tools: " + truncate(tools, 300))
-    return ". ".join(parts)
-
-
-@dataclass(frozen=True)
-class _Snapshot:
-    """One immutable state of the index; rows are in name order."""
-
-    records: tuple[ToolRecord, ...] = ()
-    names: tuple[str, ...] = ()
-    matrix: Matrix | None = None
-    """The vectors searched: short and full text blended, or the short text alone while
-    the tool's full text has no vector yet."""
-    short_matrix: Matrix | None = None
-    """The vectors of the short texts (`dense_document`)."""
-    full_keys: tuple[str, ...] = ()
-    """Per row, the cache key of the full text (empty without `full_document_weight`)."""
-    full_texts: tuple[str, ...] = ()
-    blended: int = 0
-    """How many rows of `matrix` have their full text's vector in them."""
-    bm25: BM25Index = field(default_factory=BM25Index)
-    server_of: npt.NDArray[np.intp] = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
-    """Row -> index of the tool's server (only with `server_weight`)."""
-    server_matrix: Matrix | None = None
-    server_bm25: BM25Index | None = None
-    row_of: dict[str, int] = field(default_factory=dict)
-    """Tool name -> row."""
 
 
 class Router:
@@ -221,7 +104,7 @@ class Router:
         self.config = config or RouterConfig()
         self.usage = UsageModel(learning) if learning is not None else None
         """What use taught this router; None: it does not learn."""
-        self._snapshot = _Snapshot()
+        self._snapshot = Snapshot()
         self._vectors: dict[str, Vector] = {}
         """The vectors of the indexed short texts (and server documents), by cache key."""
         self._full_vectors: dict[str, Vector] = {}
@@ -310,7 +193,7 @@ class Router:
                 members: dict[str, list[ToolRecord]] = {s: [] for s in server_ids}
                 for r in ordered:
                     members[r.server_id].append(r)
-                server_texts = [_server_document(members[s]) for s in server_ids]
+                server_texts = [server_document(members[s]) for s in server_ids]
                 server_bm25 = BM25Index.build(
                     list(zip(server_ids, server_texts, strict=True)), k1=cfg.k1, b=cfg.b, previous=old.server_bm25
                 )
@@ -334,7 +217,7 @@ class Router:
                     short_matrix = server_matrix = None
                     full_texts = full_keys = ()
             matrix, blended = self._blend(short_matrix, full_keys)
-            self._snapshot = _Snapshot(
+            self._snapshot = Snapshot(
                 records=tuple(ordered),
                 names=tuple(r.name for r in ordered),
                 matrix=matrix,
@@ -578,7 +461,7 @@ class Router:
                 self._cache.put_many(new)
         return [found[key] for key in keys]
 
-    def _adjust(self, snap: _Snapshot, scores: npt.NDArray[np.float32], learnt: dict[str, float]) -> None:
+    def _adjust(self, snap: Snapshot, scores: npt.NDArray[np.float32], learnt: dict[str, float]) -> None:
         """Add each tool's learnt adjustment to its scores (every row), clipped to 0..1."""
         rows = [(snap.row_of[name], value) for name, value in learnt.items() if name in snap.row_of]
         if not rows:
@@ -586,7 +469,7 @@ class Router:
         columns = np.array([row for row, _ in rows], dtype=np.intp)
         scores[:, columns] = np.clip(scores[:, columns] + np.array([v for _, v in rows], dtype=np.float32), 0.0, 1.0)
 
-    def _uses_dense(self, snap: _Snapshot) -> bool:
+    def _uses_dense(self, snap: Snapshot) -> bool:
         return snap.matrix is not None and self.config.fusion != "bm25"
 
     def _embedded_text(self, query: str) -> str:
@@ -602,7 +485,7 @@ class Router:
             return np.asarray(batch(list(texts)), dtype=np.float32)
         return np.stack([np.asarray(embedder.embed_query(t), dtype=np.float32) for t in texts])
 
-    def _scores(self, snap: _Snapshot, queries: Sequence[str], vectors: Matrix | None) -> npt.NDArray[np.float32]:
+    def _scores(self, snap: Snapshot, queries: Sequence[str], vectors: Matrix | None) -> npt.NDArray[np.float32]:
         """Tool scores in 0..1, one row per query; `vectors` are the queries' embeddings (dense only)."""
         cfg = self.config
         use_dense = vectors is not None

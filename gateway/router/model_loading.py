@@ -41,7 +41,7 @@ from gateway.router.bundled_model import (
 from gateway.router.embedder import DEFAULT_MODEL_NAME, FastEmbedEmbedder
 
 if TYPE_CHECKING:
-    from gateway.config.settings import EmbeddingSettings
+    from gateway.config.routing_settings import EmbeddingSettings
 
 __all__ = ["load_embedder"]
 

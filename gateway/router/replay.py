@@ -31,8 +31,9 @@ from typing import Any
 
 from gateway.router.base import Embedder, EmbeddingCache, SearchHit, ToolRecord
 from gateway.router.eval import MRR_DEPTH, EvalQuery, score_ranking
-from gateway.router.index import Router, RouterConfig
+from gateway.router.index import Router
 from gateway.router.learning import LearningConfig
+from gateway.router.router_config import RouterConfig
 from gateway.router.signals import UsageSignal
 
 __all__ = ["ReplayReport", "ReplaySplit", "format_replay", "run_replay", "simulate_feedback", "split_queries"]

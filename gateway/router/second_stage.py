@@ -36,7 +36,7 @@ from gateway.router.documents import truncate
 from gateway.router.endpoints import EndpointError, api_key_from_env, endpoint_url, post_json_async
 
 if TYPE_CHECKING:
-    from gateway.config.settings import SecondStageSettings
+    from gateway.config.routing_settings import SecondStageSettings
 
 __all__ = [
     "Ask",

@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from pluggy import PluginManager
 
     from gateway.catalog import Catalog
-    from gateway.config.settings import LearningSettings, Settings
+    from gateway.config.routing_settings import LearningSettings
+    from gateway.config.settings import Settings
     from gateway.router.index import Router
     from gateway.upstreams.upstream import Upstream
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from gateway.config.settings import HttpSettings
+from gateway.config.runtime_settings import HttpSettings
 
 __all__ = [
     "FORWARDING_HEADERS",

@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from gateway.config.settings import EmbeddingSettings
+from gateway.config.routing_settings import EmbeddingSettings
 from gateway.router.model_loading import load_embedder
 
 
