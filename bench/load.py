@@ -9,7 +9,8 @@ Paths, each to the same trivial upstream (`tests/servers/demo_server.py`, tool `
             session (its fast mode); `fastmcp-fresh` (not in the default run): FastMCP's
             default, a new upstream session per request
 - gateway@NAME: the gateway of another checkout (`--gateway-checkout NAME=DIR`), in the same
-            run, to measure a change against its base
+            run, to measure a change against its base; `NAME=DIR,GATEWAY_X=value,...` runs it
+            with those settings (e.g. `h11=.,GATEWAY_HTTP__PARSER=h11`)
 
 over both transports:
 

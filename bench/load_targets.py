@@ -198,9 +198,11 @@ def _demo_command(transport: str, name: str) -> list[str]:
 @dataclass(frozen=True)
 class Checkout:
     """Where a gateway path's `python -m gateway` runs from: this repository, or another checkout
-    (`--gateway-checkout NAME=DIR`, path `gateway@NAME`) with its own `.venv` if it has one."""
+    (`--gateway-checkout NAME=DIR`, path `gateway@NAME`) with its own `.venv` if it has one, and the
+    settings it runs with (`NAME=DIR,GATEWAY_X=value,...`: the same code under other settings)."""
 
     root: Path
+    settings: tuple[tuple[str, str], ...] = ()
 
     @property
     def python(self) -> str:
@@ -208,7 +210,7 @@ class Checkout:
         return str(venv) if venv.exists() else sys.executable
 
     def env(self, base: dict[str, str]) -> dict[str, str]:
-        extra = {"PYTHONPATH": str(self.root)}
+        extra = {"PYTHONPATH": str(self.root), **dict(self.settings)}
         if self.root != REPO:
             extra["PYTHONDONTWRITEBYTECODE"] = "1"  # leave the other checkout as it is
         return base | extra
@@ -218,11 +220,18 @@ class Checkout:
 
 
 def _checkout_arg(text: str) -> tuple[str, Checkout]:
-    name, sep, directory = text.partition("=")
+    name, sep, rest = text.partition("=")
+    directory, *pairs = rest.split(",")
     root = Path(directory).resolve()
-    if not sep or not name.isidentifier() or not (root / "gateway" / "__main__.py").exists():
-        raise argparse.ArgumentTypeError(f"{text!r}: NAME=DIR, DIR a checkout of mcp-gateway")
-    return name, Checkout(root)
+    settings = tuple(tuple(pair.split("=", 1)) for pair in pairs)
+    if (
+        not sep
+        or not name.isidentifier()
+        or not (root / "gateway" / "__main__.py").exists()
+        or any(len(pair) != 2 or not pair[0].startswith("GATEWAY_") for pair in settings)
+    ):
+        raise argparse.ArgumentTypeError(f"{text!r}: NAME=DIR[,GATEWAY_X=value...], DIR a checkout of mcp-gateway")
+    return name, Checkout(root, settings)  # type: ignore[arg-type]  # pairs of two, checked
 
 
 def add_checkout_option(parser: argparse.ArgumentParser, help: str) -> None:

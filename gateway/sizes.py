@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["cut_bytes", "json_bytes", "lone_surrogate", "surrogate_refusal", "utf8_bytes"]
+__all__ = ["cut_bytes", "json_bytes", "json_ceiling", "lone_surrogate", "surrogate_refusal", "utf8_bytes"]
 
 
 def utf8_bytes(text: str) -> int:
@@ -14,9 +14,38 @@ def utf8_bytes(text: str) -> int:
     return len(text.encode("utf-8", "surrogatepass"))
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str)
+"""What `json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)` makes anew on every call."""
+
+
 def json_bytes(value: Any) -> int:
     """The exact size of `value` as compact UTF-8 JSON (one full pass)."""
-    return utf8_bytes(json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str))
+    return utf8_bytes(_COMPACT.encode(value))
+
+
+def json_ceiling(value: Any) -> int:
+    """At least `json_bytes(value)` for a JSON-mode dump (str, int, float, bool, None, dict, list), read
+    without serializing: a string counts six bytes a character (`\\u001f`, the longest a character
+    becomes), so a small value is known to fit a limit without being measured. Anything else counts as
+    its exact size."""
+    if isinstance(value, str):
+        return 6 * len(value) + 2
+    if value is None or isinstance(value, bool):
+        return 5
+    if isinstance(value, int):
+        return len(int.__repr__(value))
+    if isinstance(value, float):
+        return max(len(repr(value)), 9)  # `-Infinity`
+    if isinstance(value, dict):
+        return 1 + sum(_key_ceiling(key) + json_ceiling(item) + 2 for key, item in value.items()) + (not value)
+    if isinstance(value, list):
+        return 1 + sum(json_ceiling(item) + 1 for item in value) + (not value)
+    return json_bytes(value)
+
+
+def _key_ceiling(key: Any) -> int:
+    """A key is written as a string (`1` as `"1"`, `True` as `"true"`)."""
+    return 6 * len(key if isinstance(key, str) else str(key)) + 2
 
 
 def cut_bytes(text: str, limit: int) -> str:

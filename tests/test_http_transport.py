@@ -15,8 +15,12 @@ import httpx2
 import mcp_types as types
 import pytest
 from mcp import Client
+from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from gateway.serving.http import bind_socket
+from gateway.config.runtime_settings import HttpSettings
+from gateway.config.settings import Settings
+from gateway.serving.http import bind_socket, loop_options, parser_protocol
 from tests.conftest import NO_EMBEDDINGS, REPO, start_gateway_http, stop_process, write_config
 
 INITIALIZE = {
@@ -282,13 +286,34 @@ def _open_fds(pid: int) -> int:
     return len(list(Path(f"/proc/{pid}/fd").iterdir()))
 
 
+SERVER_STACKS = [
+    pytest.param({}, id="default"),  # httptools on uvloop, as installed
+    pytest.param({"GATEWAY_HTTP__PARSER": "h11", "GATEWAY_HTTP__EVENT_LOOP": "asyncio"}, id="h11-asyncio"),
+]
+"""The HTTP server's parser and event loop (`http.parser`, `http.event_loop`): the connection guard
+(`gateway.serving.connections`) subclasses either parser's protocol."""
+
+
+def test_the_parser_and_loop_settings_choose_uvicorns_protocol_and_anyios_loop() -> None:
+    assert parser_protocol("auto") is HttpToolsProtocol and parser_protocol("httptools") is HttpToolsProtocol
+    assert parser_protocol("h11") is H11Protocol
+    assert loop_options(Settings(), "http") == {"use_uvloop": True}  # auto: installed here
+    assert loop_options(Settings(http=HttpSettings(event_loop="asyncio")), "http") == {}
+    assert loop_options(Settings(http=HttpSettings(event_loop="uvloop")), "stdio") == {}  # stdio: asyncio
+
+
 @pytest.mark.anyio
+@pytest.mark.parametrize("stack", SERVER_STACKS)
 async def test_slow_and_silent_connections_are_closed_within_the_header_timeout_while_a_client_is_served(
-    tmp_path: Path,
+    tmp_path: Path, stack: dict[str, str]
 ) -> None:
     """300 connections that send nothing and 300 that send half a request's headers (as the probe did):
     each is answered 408 and closed after `header_timeout`, while a real SDK client keeps calling."""
-    env = NO_EMBEDDINGS | {"GATEWAY_HTTP__HEADER_TIMEOUT": "2", "GATEWAY_HTTP__MAX_CONNECTIONS_PER_CLIENT": "2000"}
+    env = (
+        NO_EMBEDDINGS
+        | stack
+        | {"GATEWAY_HTTP__HEADER_TIMEOUT": "2", "GATEWAY_HTTP__MAX_CONNECTIONS_PER_CLIENT": "2000"}
+    )
     process, url = start_gateway_http(write_config(tmp_path / "gw.yaml", "mcps: {}\n"), tmp_path, env)
     port = int(url.rsplit(":", 1)[1].split("/")[0])
     half = b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: appl"
@@ -323,8 +348,9 @@ async def test_slow_and_silent_connections_are_closed_within_the_header_timeout_
 
 
 @pytest.mark.anyio
-async def test_one_address_holds_at_most_max_connections_per_client(tmp_path: Path) -> None:
-    env = NO_EMBEDDINGS | {"GATEWAY_HTTP__MAX_CONNECTIONS_PER_CLIENT": "20"}
+@pytest.mark.parametrize("stack", SERVER_STACKS)
+async def test_one_address_holds_at_most_max_connections_per_client(tmp_path: Path, stack: dict[str, str]) -> None:
+    env = NO_EMBEDDINGS | stack | {"GATEWAY_HTTP__MAX_CONNECTIONS_PER_CLIENT": "20"}
     process, url = start_gateway_http(write_config(tmp_path / "gw.yaml", "mcps: {}\n"), tmp_path, env)
     port = int(url.rsplit(":", 1)[1].split("/")[0])
     try:

@@ -20,7 +20,7 @@ from gateway.registry import Registry
 from gateway.security.limits import _json_floor, cap_result, check_arguments
 from gateway.server_specs import specs_from_plugins
 from gateway.serving.server import GatewayServer
-from gateway.sizes import json_bytes
+from gateway.sizes import json_bytes, json_ceiling
 from tests.conftest import FIXTURE_PLUGINS
 
 pytestmark = pytest.mark.anyio
@@ -55,6 +55,27 @@ def test_a_results_floor_is_its_json_size_until_a_string_is_long_and_never_more(
     cut = cap_result(huge, LimitsConfig(max_result_bytes=1000))
     assert "truncated from at least 3000079 to 1000 bytes" in cut.content[-1].text  # type: ignore[union-attr]
     assert size_of(cut) <= 1000
+
+
+def test_a_values_ceiling_is_never_under_its_json_size_and_a_result_near_the_limit_is_measured() -> None:
+    values: list[Any] = [
+        {},
+        [],
+        "",
+        '\x00\x1f"\\ é \u2028 \ud800 😀',
+        {"a": [1, -2, 2.5, -1e300, float("inf"), float("-inf"), float("nan"), None, True, False]},
+        {1: "int key", False: "bool key", None: "none key", 2.5: "float key"},
+        {"content": [{"type": "text", "text": "\x01" * 100}], "isError": False},
+        [[[]], {"": {}}, 10**40],
+    ]
+    for value in values:
+        assert json_ceiling(value) >= json_bytes(value), value
+    limits = LimitsConfig(max_result_bytes=1000)
+    control = text_result("\x01" * 150)  # 900 bytes of escapes: measured, then kept whole
+    assert json_ceiling(control.model_dump(by_alias=True, mode="json", exclude_none=True)) > 1000
+    assert cap_result(control, limits) is control
+    over = cap_result(text_result("\x01" * 200), limits)  # 1200 bytes: cut
+    assert size_of(over) <= 1000 and "truncated from" in over.content[-1].text  # type: ignore[union-attr]
 
 
 def test_arguments_over_the_limit_are_refused_naming_both_sizes() -> None:

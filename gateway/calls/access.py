@@ -34,11 +34,10 @@ class Access:
             principal = call.caller.principal
             tools = self.tools()
             entry = tools.get(call.name)
-            owner = self.owner_of(call.name)
             if entry is not None:
                 hidden = not visible(principal, entry)
-            elif owner is not None:  # a server that is down, or a withheld tool: may this caller know of it?
-                hidden = not tool_visible(principal, owner.id, call.name)
+            elif (owner := self.owner_of(call.name)) is not None:  # a server that is down, or a withheld tool:
+                hidden = not tool_visible(principal, owner.id, call.name)  # may this caller know of it?
             else:
                 hidden = True  # unknown: the same error, with hints from what this caller may see
             if hidden:

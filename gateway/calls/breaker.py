@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import mcp_types as types
@@ -55,6 +55,7 @@ class CircuitBreaker:
     probing: bool = False
     period: int = 0
     """Bumped whenever the breaker opens, closes or admits a probe; see the module's docstring."""
+    _admission: Admission | None = field(default=None, repr=False, compare=False)
 
     @property
     def state(self) -> BreakerState:
@@ -67,9 +68,12 @@ class CircuitBreaker:
 
     def admit(self) -> Admission | None:
         """Whether a call may go now (None: not); in half-open state one probe at a time."""
+        if self.opened_at is None:  # closed: the period's one admission, shared by its calls
+            admission = self._admission
+            if admission is None or admission.period != self.period:
+                admission = self._admission = Admission(self.period)
+            return admission
         state = self.state
-        if state == "closed":
-            return Admission(self.period)
         if state == "half-open" and not self.probing:
             self.probing = True
             self.period += 1

@@ -5,7 +5,6 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import anyio.lowlevel
@@ -84,15 +83,26 @@ async def send_call(call: ToolCall) -> types.CallToolResult:
 
 
 def compose(middleware: Sequence[Middleware], innermost: CallHandler = send_call) -> CallHandler:
-    """`middleware[0]` runs first and wraps all the others; the last one wraps `innermost`."""
+    """`middleware[0]` runs first and wraps all the others; the last one wraps `innermost`.
+
+    Composed once per chain (the registry recomposes only when a layer is added): a call then costs
+    each layer one coroutine, not two (a link hands on the layer's own awaitable)."""
     handler = innermost
     for layer in reversed(middleware):
-        handler = partial(_step, layer, handler)
+        handler = _Link(layer, handler)
     return handler
 
 
-async def _step(layer: Middleware, call_next: CallHandler, call: ToolCall) -> types.CallToolResult:
-    return await layer(call, call_next)
+class _Link:
+    """One layer bound to the rest of the chain: calling it returns the layer's awaitable as it is."""
+
+    __slots__ = ("layer", "rest")
+
+    def __init__(self, layer: Middleware, rest: CallHandler) -> None:
+        self.layer, self.rest = layer, rest
+
+    def __call__(self, call: ToolCall) -> Awaitable[types.CallToolResult]:
+        return self.layer(call, self.rest)
 
 
 def refuse(call: ToolCall, error: Exception) -> Exception:

@@ -3,13 +3,14 @@
 A model that gets an argument wrong learns which parameter and what the tool expects,
 in one sentence, without a round trip to the upstream (which might have acted on a
 half-valid call). A schema the upstream got wrong itself is not held against the call:
-it is logged once and the call goes through unchecked.
+it is logged once and the call goes through unchecked. Arguments that a simple schema's quick
+check (`gateway.calls.quick_check`) finds valid skip jsonschema; the rest, and every error, are its.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, NamedTuple
 
 import jsonschema
 import mcp_types as types
@@ -17,6 +18,7 @@ from jsonschema.exceptions import SchemaError, ValidationError
 from jsonschema.protocols import Validator
 
 from gateway.calls.chain import CallHandler, ToolCall
+from gateway.calls.quick_check import QUICK_DRAFTS, Check, quick_check
 from gateway.errors import InvalidArguments
 from gateway.observability import tracing
 
@@ -25,11 +27,20 @@ __all__ = ["ArgumentValidator", "signature"]
 logger = logging.getLogger(__name__)
 
 
+class _Compiled(NamedTuple):
+    schema: object
+    """The inputSchema it was compiled from (by identity: a relisted tool brings a new one)."""
+    validator: Validator | None
+    """None: the schema is invalid, and calls go through unchecked."""
+    quick: Check | None
+    """Valid for sure, without jsonschema (`gateway.calls.quick_check`); None: always ask jsonschema."""
+
+
 class ArgumentValidator:
     """The validation middleware; keeps one compiled validator per tool definition."""
 
     def __init__(self) -> None:
-        self._compiled: dict[tuple[str, str], tuple[object, Validator | None]] = {}
+        self._compiled: dict[tuple[str, str], _Compiled] = {}
 
     async def __call__(self, call: ToolCall, call_next: CallHandler) -> types.CallToolResult:
         with tracing.span("gateway.validation"):  # nothing while tracing is off
@@ -43,28 +54,31 @@ class ArgumentValidator:
 
     def problem(self, server: str, tool: types.Tool, arguments: dict[str, Any]) -> str | None:
         """What is wrong with `arguments`, naming the parameter, or None when they fit."""
-        validator = self._validator(server, tool)
-        if validator is None:
+        compiled = self._compile(server, tool)
+        if compiled.validator is None or (compiled.quick is not None and compiled.quick(arguments)):
             return None
-        error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
+        error = jsonschema.exceptions.best_match(compiled.validator.iter_errors(arguments))
         return None if error is None else describe(error)
 
-    def _validator(self, server: str, tool: types.Tool) -> Validator | None:
+    def _compile(self, server: str, tool: types.Tool) -> _Compiled:
         key = (server, tool.name)
         cached = self._compiled.get(key)
-        if cached is not None and cached[0] is tool.input_schema:
-            return cached[1]
+        if cached is not None and cached.schema is tool.input_schema:
+            return cached
         schema = tool.input_schema
         validator: Validator | None
+        quick: Check | None = None
         try:
             cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
             cls.check_schema(schema)
             validator = cls(schema)
+            if cls in QUICK_DRAFTS:
+                quick = quick_check(schema)
         except SchemaError as exc:
             logger.warning("server %r: tool %r has an invalid inputSchema (%s); not validating", *key, exc.message)
             validator = None
-        self._compiled[key] = (schema, validator)
-        return validator
+        compiled = self._compiled[key] = _Compiled(schema, validator, quick)
+        return compiled
 
 
 def describe(error: ValidationError) -> str:

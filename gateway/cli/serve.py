@@ -32,7 +32,7 @@ from gateway.security.auth import Authenticator
 from gateway.security.reachability import beyond_loopback, how_to_add_auth
 from gateway.security.vetting import ToolVetter
 from gateway.serving.admin.access import ADMIN_PREFIX
-from gateway.serving.http import bind_socket, serve_http
+from gateway.serving.http import bind_socket, loop_options, parser_protocol, serve_http
 from gateway.serving.reload import Reloader, watch_config
 from gateway.serving.replication import follow
 from gateway.serving.server import GatewayServer, serve_stdio
@@ -80,12 +80,16 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
         logger.warning(notice)
     if args.transport == "http":
         check_exposure(settings, config.auth)
+        parser_protocol(settings.http.parser)  # an `http.parser` that is not installed: a config error now
         Authenticator(config.auth)  # a broken JWKS file is a config error now, not at the first request
     fix_mmap_threshold()  # a large result must not raise the process's memory for good
     tracing = _start_tracing(settings, registry)
     try:
         reread = partial(_reread_settings, args)
-        return anyio.run(_serve, registry, settings, args.transport, pm, config, vetter, reread)
+        options = loop_options(settings, args.transport)  # uvloop for HTTP (`http.event_loop`)
+        return anyio.run(
+            _serve, registry, settings, args.transport, pm, config, vetter, reread, backend_options=options
+        )
     finally:
         if tracing is not None:
             tracing.shutdown()  # export the spans still buffered

@@ -138,6 +138,21 @@ class HttpSettings(BaseModel):
             "`response_mode: auto` and sessions (not `stateless`)."
         ),
     )
+    parser: Literal["auto", "httptools", "h11"] = Field(
+        default="auto",
+        description=(
+            "uvicorn's HTTP/1.1 parser: `httptools` (C, llhttp), `h11` (pure Python), or `auto`: httptools where "
+            "it is installed (it is a dependency), else h11."
+        ),
+    )
+    event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
+        default="auto",
+        description=(
+            "The event loop of `serve --transport http`: `uvloop` (libuv; less CPU per call), `asyncio` (the "
+            "standard library's), or `auto`: uvloop where it is installed (a dependency except on Windows). "
+            "stdio serving always runs on asyncio."
+        ),
+    )
     drain_seconds: float = Field(
         default=30.0,
         ge=0,

@@ -19,7 +19,7 @@ import mcp_types as types
 
 from gateway.config.security import LimitsConfig
 from gateway.errors import GatewayError, InvalidArguments
-from gateway.sizes import cut_bytes, json_bytes, utf8_bytes
+from gateway.sizes import cut_bytes, json_bytes, json_ceiling, utf8_bytes
 
 __all__ = ["SessionLimitReached", "cap_result", "check_arguments", "check_session_calls"]
 
@@ -54,11 +54,14 @@ def check_session_calls(made: int, limits: LimitsConfig) -> None:
 def cap_result(result: Any, limits: LimitsConfig) -> Any:
     """A result within `max_result_bytes`: blocks kept in order while they fit, text cut to fit, then a note.
 
-    A result or block known to be over by its floor (`_json_floor`) is not serialized to be measured:
+    A result known to fit by its ceiling (`json_ceiling`, six bytes a character) is not measured at all;
+    a result or block known to be over by its floor (`_json_floor`) is not serialized to be measured:
     that took seconds of the event loop for a 60 MB text."""
     if not isinstance(result, types.CallToolResult):
         return result
     dump = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+    if json_ceiling(dump) <= limits.max_result_bytes:
+        return result  # the common case, known without serializing
     floor = _json_floor(dump)
     if floor <= limits.max_result_bytes:
         size = json_bytes(dump)  # within a few times the limit: cheap to measure exactly

@@ -22,7 +22,7 @@ import json
 import logging
 import time
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 __all__ = ["guarded_protocol"]
 
@@ -61,9 +61,9 @@ def guarded_protocol(base: type[asyncio.Protocol], header_timeout: float, max_pe
             if open_by_address[self._address] >= max_per_client:
                 warn("http: refused a connection from %s: it holds %d already", self._address, max_per_client)
                 message = f"This address holds {max_per_client} connections already (http.max_connections_per_client)."
-                assert isinstance(transport, asyncio.Transport)
-                transport.write(_response("503 Service Unavailable", message))
-                transport.close()
+                writer = cast(asyncio.Transport, transport)  # uvloop's is one, without subclassing it
+                writer.write(_response("503 Service Unavailable", message))
+                writer.close()
                 return
             open_by_address[self._address] += 1
             self._counted = True
@@ -71,6 +71,8 @@ def guarded_protocol(base: type[asyncio.Protocol], header_timeout: float, max_pe
             self._arm()
 
         def data_received(self, data: bytes) -> None:
+            if not self._counted:
+                return  # refused, closing: uvicorn never saw it
             super().data_received(data)
             if self._waiting_for_headers():
                 if self._header_timer is None:

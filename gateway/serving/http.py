@@ -11,6 +11,7 @@ names always pass, others only when listed in `GATEWAY_HTTP__ALLOWED_HOSTS` /
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import socket
@@ -28,7 +29,6 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
-from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from gateway.config.settings import Settings
 from gateway.errors import GatewayError
@@ -58,8 +58,10 @@ __all__ = [
     "bind_socket",
     "build_http_app",
     "index_endpoint",
+    "loop_options",
     "metrics_endpoint",
     "open_sessions",
+    "parser_protocol",
     "route_endpoint",
     "serve_http",
     "transport_security",
@@ -309,6 +311,43 @@ def build_http_app(gateway: GatewayServer, settings: Settings, *, admin: bool = 
     )
 
 
+def parser_protocol(parser: str) -> type[asyncio.Protocol]:
+    """uvicorn's protocol class for `http.parser`: httptools (`auto` where installed), or h11.
+    Raises `ValueError` (a config error to the CLI) for `httptools` where it is not installed."""
+    if parser in ("auto", "httptools"):
+        try:
+            from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+        except ImportError:
+            if parser == "httptools":
+                raise ValueError(
+                    "http.parser is httptools, and httptools is not installed: `pip install httptools`, "
+                    "or set http.parser to auto or h11."
+                ) from None
+        else:
+            return HttpToolsProtocol
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    return H11Protocol
+
+
+def loop_options(settings: Settings, transport: str) -> dict[str, Any]:
+    """anyio's `backend_options` for serving over `transport`: uvloop for HTTP when `http.event_loop`
+    asks for it (`auto`: where installed). Raises `ValueError` for `uvloop` where it is not installed."""
+    choice = settings.http.event_loop
+    if transport != "http" or choice == "asyncio":
+        return {}
+    try:
+        import uvloop  # noqa: F401  # only whether it is there
+    except ImportError:
+        if choice == "uvloop":
+            raise ValueError(
+                "http.event_loop is uvloop, and uvloop is not installed (it has no Windows build): "
+                "`pip install uvloop`, or set http.event_loop to auto or asyncio."
+            ) from None
+        return {}
+    return {"use_uvloop": True}
+
+
 class _Uvicorn(uvicorn.Server):
     """uvicorn without its own signal handling: the CLI owns SIGINT/SIGTERM, so that the
     upstreams are shut down (and stdio children reaped) before the process exits."""
@@ -355,7 +394,7 @@ async def serve_http(
     # JSON logs: uvicorn's records go through the gateway's handler, not uvicorn's text formatter.
     log_config = None if settings.log_format == "json" else uvicorn.config.LOGGING_CONFIG
     protocol = guarded_protocol(
-        AutoHTTPProtocol, settings.http.header_timeout, settings.http.max_connections_per_client
+        parser_protocol(settings.http.parser), settings.http.header_timeout, settings.http.max_connections_per_client
     )  # slow or silent connections closed, connections per address capped (`connections.py`)
     config = uvicorn.Config(
         app,
