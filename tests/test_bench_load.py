@@ -74,7 +74,10 @@ def _last_json(stdout: str) -> dict[str, Any]:
 
 def test_a_short_run_reports_every_path_over_http_and_stdio_and_stops_its_processes() -> None:
     paths = "direct,gateway,fastmcp"  # FastMCP comes with the bench extra, which scripts/test installs
-    done, marker = _run("--levels", "1,3", "--seconds", "0.4", "--paths", paths, "--json", "--timeout", "45")
+    # 12 cells, each starting its processes: 40 s at load 12, so the bound leaves room for a busy machine
+    done, marker = _run(
+        "--levels", "1,3", "--seconds", "0.4", "--paths", paths, "--json", "--timeout", "100", timeout=110
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = _last_json(done.stdout)
     rows = {(r["transport"], r["path"], r["sessions"]): r for r in result["rows"]}
