@@ -28,6 +28,8 @@ import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.server import runner
+from mcp.server.runner import _NoServerRequestsDispatchContext
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher, _InFlight, _JSONRPCDispatchContext
 
 from gateway.records.model import FEEDBACK_TOKEN_META_KEY
@@ -237,6 +239,80 @@ def test_the_lean_path_serves_the_hot_requests_and_leaves_the_rest(clients: dict
     assert "lean path: tools/call 23" not in logged and "lean path: tools/call 24" not in logged
 
 
+ENVELOPE = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+}
+
+
+def _modern(method: str, params: dict[str, Any], id_: int | str, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    return _rpc(method, {**params, "_meta": ENVELOPE | (meta or {})}, id_)
+
+
+MODERN: list[tuple[str, Any]] = [
+    ("a call", _modern("tools/call", CALL, 70)),
+    ("a string id", _modern("tools/call", CALL, "m-7")),
+    ("a failing tool", _modern("tools/call", {"name": "demo__fail", "arguments": {"message": "boom"}}, 71)),
+    ("bad arguments", _modern("tools/call", {"name": "demo__add", "arguments": {"a": "x"}}, 72)),
+    ("an unknown tool", _modern("tools/call", {"name": "demo__nope", "arguments": {}}, 73)),
+    ("tools/list", _modern("tools/list", {}, 74)),
+    ("resources/read", _modern("resources/read", {"uri": "demo+demo://readme"}, 75)),
+    ("an unknown resource", _modern("resources/read", {"uri": "demo+demo://nothing"}, 76)),
+    ("prompts/get", _modern("prompts/get", {"name": "demo__greet", "arguments": {"who": "Ada"}}, 77)),
+    (
+        "a half envelope",
+        _rpc("tools/call", {**CALL, "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}, 78),
+    ),
+    (
+        "an unknown version",
+        _rpc("tools/call", {**CALL, "_meta": ENVELOPE | {"io.modelcontextprotocol/protocolVersion": "1999-01-01"}}, 79),
+    ),
+    (
+        "progress",
+        _modern("tools/call", {"name": "demo__count_slowly", "arguments": {"steps": 3}}, 80, {"progressToken": "p"}),
+    ),
+    ("elicitation refused", _modern("tools/call", {"name": "demo__confirm", "arguments": {"question": "sure?"}}, 81)),
+    ("no envelope", _rpc("tools/call", CALL, 82)),
+]
+
+
+@pytest.fixture(scope="module")
+def modern_clients(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, LineClient]]:
+    """A gateway of each path whose client opened the session with a 2026-07-28 request (no handshake)."""
+    started: dict[str, LineClient] = {}
+    try:
+        for path, env in PATHS.items():
+            started[path] = LineClient(tmp_path_factory.mktemp(f"modern-{path}"), env)
+        for client in started.values():
+            client.send(_modern("tools/list", {}, "open"))
+            client.until("open")
+        yield started
+    finally:
+        for client in started.values():
+            client.close()
+
+
+@pytest.mark.parametrize(("what", "body"), MODERN, ids=[what for what, _ in MODERN])
+def test_both_paths_write_the_same_on_a_2026_connection(
+    modern_clients: dict[str, LineClient], what: str, body: Any
+) -> None:
+    seen = {path: (client.send(body), client.until(body["id"]))[1] for path, client in modern_clients.items()}
+    assert seen["lean"] == seen["sdk"], what
+    assert seen["lean"][-1]["id"] == body["id"]
+
+
+def test_the_lean_path_serves_2026_requests(modern_clients: dict[str, LineClient]) -> None:
+    client = modern_clients["lean"]
+    client.send(_modern("tools/call", CALL, 90))
+    assert "result" in client.until(90)[-1]
+    deadline = time.monotonic() + 15
+    while "lean path: tools/call 90" not in (logged := client.log.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "lean path: tools/call 90" in logged
+    assert "lean path: tools/call 82" not in logged  # no envelope: the SDK's refusal
+
+
 @pytest.mark.parametrize("path", ["lean", "sdk"])
 def test_a_cancelled_call_is_cancelled_upstream_and_not_answered(
     clients: dict[str, LineClient], path: str, tmp_path: Path
@@ -298,6 +374,9 @@ async def test_the_sdks_client_calls_through_the_lean_path_with_progress_and_eli
     assert "lean path: tools/call" in (tmp_path / "stderr.log").read_text()
 
 
+MODERN_STREAM = "d8b11353b7bd0878"
+
+
 def test_the_sdk_state_the_stdio_lean_path_reads_is_there() -> None:
     """It enters requests in the dispatcher's own tables and task group: a new SDK must be read again."""
     source = inspect.getsource(JSONRPCDispatcher._handle_request)
@@ -308,3 +387,6 @@ def test_the_sdk_state_the_stdio_lean_path_reads_is_there() -> None:
     assert {"scope", "dctx"} <= set(_InFlight.__dataclass_fields__)
     fields = set(_JSONRPCDispatchContext.__dataclass_fields__)
     assert {"transport", "_dispatcher", "_request_id", "_progress_token", "cancel_requested"} <= fields
+    assert "_inner" in _NoServerRequestsDispatchContext.__dataclass_fields__
+    modern = inspect.getsource(runner._serve_modern_stream)  # what the 2026-07-28 lean path mirrors
+    assert hashlib.sha256(modern.encode()).hexdigest()[:16] == MODERN_STREAM, "_serve_modern_stream changed"

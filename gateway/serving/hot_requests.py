@@ -27,7 +27,17 @@ from mcp_types import INTERNAL_ERROR, ErrorData, RequestParams, RequestParamsMet
 from mcp_types import methods as spec_methods
 from pydantic import BaseModel, ValidationError
 
-__all__ = ["HOT_METHODS", "Hot", "HotFilter", "compose", "dump_json", "hot_request", "outcome"]
+__all__ = [
+    "HOT_METHODS",
+    "Hot",
+    "HotFilter",
+    "compose",
+    "dump_json",
+    "hot_request",
+    "hot_shape",
+    "is_enveloped",
+    "outcome",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -60,25 +70,37 @@ class HotFilter:
     catalog: Any
 
 
-def hot_request(data: Any, server: Server[Any], version: str, leave: HotFilter) -> Hot | None:
-    """The hot request `data` (parsed JSON) is, when the SDK would serve it as the lean path does;
-    None: the SDK's (a batch, a notification or response, another method, a task-augmented call,
-    a 2026-07-28 envelope, params the SDK refuses, so that its error is the error)."""
+def hot_shape(data: Any, leave: HotFilter) -> tuple[str | int, str, dict[str, Any] | None] | None:
+    """(id, method, params) of a single hot request that is neither task-augmented nor for one of
+    the gateway's own tools; None otherwise. The params themselves are not validated here."""
     if not isinstance(data, dict) or data.get("jsonrpc") != "2.0" or not data.keys() <= _REQUEST_KEYS:
         return None
     method, request_id, params = data.get("method"), data.get("id"), data.get("params")
     if method not in HOT_METHODS or isinstance(request_id, bool) or not isinstance(request_id, int | str):
         return None
-    if params is not None:
-        if not isinstance(params, dict) or "task" in params:
-            return None
-        meta = params.get("_meta")
-        if isinstance(meta, Mapping) and _MODERN_META_KEY in meta:
-            return None
+    if params is not None and (not isinstance(params, dict) or "task" in params):
+        return None
     if method == "tools/call" and params is not None:
         name = params.get("name")
         if name in leave.own_tools and name not in leave.catalog.tools:
             return None
+    return request_id, method, params
+
+
+def is_enveloped(params: Mapping[str, Any]) -> bool:
+    """Whether the params carry a 2026-07-28 envelope (`mcp.server.runner._has_modern_envelope`)."""
+    meta = params.get("_meta")
+    return isinstance(meta, Mapping) and _MODERN_META_KEY in meta
+
+
+def hot_request(data: Any, server: Server[Any], version: str, leave: HotFilter) -> Hot | None:
+    """The hot request `data` (parsed JSON) is, when the SDK would serve it as the lean path does;
+    None: the SDK's (a batch, a notification or response, another method, a task-augmented call,
+    a 2026-07-28 envelope, params the SDK refuses, so that its error is the error)."""
+    shape = hot_shape(data, leave)
+    if shape is None or shape[2] is not None and is_enveloped(shape[2]):
+        return None
+    request_id, method, params = shape
     entry = server.get_request_handler(method)
     if entry is None:
         return None
