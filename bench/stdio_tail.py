@@ -9,6 +9,8 @@ remove one suspect:
 - sdk-path:    `GATEWAY_LEAN_PATH=false` (every request through the SDK's session)
 - no-gc:       the gateway's (and its child's) cyclic garbage collector off (`gc.disable()`
                in a `sitecustomize` put first on `PYTHONPATH`)
+- no-freeze:   without the freeze of the start-up's objects (`gateway.collector`: `gc.freeze()`
+               made a no-op in the same `sitecustomize`)
 
 and `direct`, the client to the demo server itself. The variants take turns in blocks of
 `--block` calls, the order rotated every round; the client collects its own garbage between
@@ -46,12 +48,12 @@ REPO = Path(__file__).resolve().parent.parent
 DEMO_SERVER = REPO / "tests" / "servers" / "demo_server.py"
 
 GC_LOG = """
-import gc, os, threading, time
+import gc, os, time
 _log = os.environ.get("BENCH_GC_LOG")
 if os.environ.get("BENCH_GC_OFF"):
     gc.disable()
-if os.environ.get("BENCH_GC_FREEZE"):
-    threading.Timer(float(os.environ["BENCH_GC_FREEZE"]), gc.freeze).start()
+if os.environ.get("BENCH_NO_FREEZE"):
+    gc.freeze = lambda: None
 if _log:
     _started = [0.0, 0.0]
     def _hook(phase, info):
@@ -91,6 +93,7 @@ def _variants(workdir: Path) -> list[Variant]:
         logged("sdk-path", GATEWAY_LEAN_PATH="false"),
         logged("no-records", GATEWAY_RECORDS__ENABLED="false"),
         Variant("no-gc", {"PYTHONPATH": path, "BENCH_GC_OFF": "1"}),
+        logged("no-freeze", BENCH_NO_FREEZE="1"),
     ]
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel.server import Server
+from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
 from mcp_types import INTERNAL_ERROR, ErrorData, RequestParams, RequestParamsMeta
@@ -37,6 +38,7 @@ __all__ = [
     "hot_shape",
     "is_enveloped",
     "outcome",
+    "request_context",
 ]
 
 logger = logging.getLogger(__name__)
@@ -159,6 +161,23 @@ def dump_json(message: Mapping[str, Any]) -> bytes:
         return orjson.dumps(message)
     except orjson.JSONEncodeError:
         return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def request_context(
+    hot: Hot, channel: Any, connection: Any, lifespan_state: Any, request: Any = None
+) -> ServerRequestContext[Any, Any]:
+    """The handler's context, as `ServerRunner._make_context` builds it: a session over the
+    request's own channel (`DispatchContext`) and the connection."""
+    return ServerRequestContext(
+        session=ServerSession(channel, connection, request_meta=hot.meta),
+        lifespan_context=lifespan_state,
+        protocol_version=connection.protocol_version,
+        method=hot.method,
+        params=hot.params,
+        request_id=hot.id,
+        meta=hot.meta,
+        request=request,
+    )
 
 
 def compose(server: Server[Any], hot: Hot) -> CallNext:

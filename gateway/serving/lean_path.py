@@ -52,7 +52,6 @@ import orjson
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorization_context
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel.server import Server
-from mcp.server.session import ServerSession
 from mcp.server.streamable_http import (
     REQUEST_CANCELLED,
     REQUEST_STREAM_BUFFER_SIZE,
@@ -73,7 +72,16 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.serving.hot_requests import HOT_METHODS, Hot, HotFilter, compose, dump_json, hot_request, outcome
+from gateway.serving.hot_requests import (
+    HOT_METHODS,
+    Hot,
+    HotFilter,
+    compose,
+    dump_json,
+    hot_request,
+    outcome,
+    request_context,
+)
 
 __all__ = ["HOT_METHODS", "LeanPath"]
 
@@ -340,16 +348,7 @@ class LeanPath:
     async def _answer(self, session: _Session, hot: Hot, scope: Scope, receive: Receive, send: Send) -> None:
         answer = _Answer(send, session.transport.mcp_session_id.encode("latin-1"))
         channel = _LeanDispatch(hot.id, hot.params, session, answer)
-        ctx = ServerRequestContext(
-            session=ServerSession(channel, session.connection, request_meta=hot.meta),  # type: ignore[arg-type]
-            lifespan_context=session.lifespan_state,
-            protocol_version=session.connection.protocol_version,
-            method=hot.method,
-            params=hot.params,
-            request_id=hot.id,
-            meta=hot.meta,
-            request=Request(scope, receive),
-        )
+        ctx = request_context(hot, channel, session.connection, session.lifespan_state, Request(scope, receive))
         call = compose(self.server, hot)
         call_scope = anyio.CancelScope()
         in_flight, key = session.dispatcher._in_flight, coerce_request_id(hot.id)

@@ -45,7 +45,6 @@ from mcp.server.connection import Connection, NotifyOnlyOutbound
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.server.runner import _NoServerRequestsDispatchContext, modern_error_data, serve_one
-from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import InboundLadderRejection, classify_inbound_request
 from mcp.shared.jsonrpc_dispatcher import (
@@ -70,6 +69,7 @@ from gateway.serving.hot_requests import (
     hot_shape,
     is_enveloped,
     outcome,
+    request_context,
 )
 from gateway.serving.stdio import Outbox
 
@@ -157,15 +157,7 @@ class StdioLean:
 
     async def _answer(self, hot: Hot, channel: _JSONRPCDispatchContext[Any]) -> dict[str, Any]:
         """A handshake-era request's answer: the gateway's middleware and handler (`hot_requests`)."""
-        ctx = ServerRequestContext(
-            session=ServerSession(channel, self.connection, request_meta=hot.meta),
-            lifespan_context=self.lifespan_state,
-            protocol_version=self.connection.protocol_version,
-            method=hot.method,
-            params=hot.params,
-            request_id=hot.id,
-            meta=hot.meta,
-        )
+        ctx = request_context(hot, channel, self.connection, self.lifespan_state)
         return await outcome(compose(self.server, hot), ctx, hot)
 
     async def _modern_answer(
