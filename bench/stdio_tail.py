@@ -20,6 +20,7 @@ same `sitecustomize`), and the table gives their number and total time per 1000 
 
     python bench/stdio_tail.py                   # 1000 measured calls per variant
     python bench/stdio_tail.py --calls 300 --json
+    python bench/stdio_tail.py --variants direct,base,no-freeze --calls 3000
     python bench/stdio_tail.py --mode auto      # the client negotiating 2026-07-28 (the default: legacy)
 
 Every process it starts is a child of an SDK stdio client and is stopped when the run ends.
@@ -172,7 +173,7 @@ def _collections(log: Path, calls: int) -> dict[str, Any]:
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="mcp-gateway-bench-") as tmp:
         workdir = Path(tmp)
-        variants = _variants(workdir)
+        variants = [v for v in _variants(workdir) if not args.variants or v.name in args.variants.split(",")]
         with anyio.fail_after(args.timeout):
             async with AsyncExitStack() as stack:
                 await _connect(stack, variants, workdir, args.mode)
@@ -195,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--block", type=int, default=50, help="calls per turn (50)")
     parser.add_argument("--timeout", type=float, default=600.0, help="bound on the whole run, seconds (600)")
     parser.add_argument("--json", action="store_true", help="also print one JSON object, last on stdout")
+    parser.add_argument("--variants", default="", help="comma-separated names to run (default: all)")
     parser.add_argument("--mode", choices=("legacy", "auto"), default="legacy", help="the client's protocol mode")
     args = parser.parse_args(argv)
     result = anyio.run(_run, args)
