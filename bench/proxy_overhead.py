@@ -7,9 +7,13 @@ Every variant uses the same downstream transport, the SDK's `Client` over stdio:
                      fixture plugin registers in memory, tool `mem__echo`
 - gateway -> child:  the same gateway -> the demo server as a stdio child process, tool
                      `child__echo` (a second process hop)
+- gateway (SDK path) -> child: in `legacy` mode, a second gateway with `GATEWAY_LEAN_PATH=false`
+                     (every request through the SDK's session: the lean path's baseline)
+- FastMCP -> child:  `bench/fastmcp_proxy.py stdio` (FastMCP's `create_proxy` over one connected
+                     session) -> the demo server as a stdio child, tool `echo`: the peer
 
-each in both protocol modes of the client: `auto` (negotiates 2026-07-28) and `legacy`
-(the initialize handshake). The gateway's own upstream clients always use `auto`.
+each in the protocol modes of the client (`--modes`): `auto` (negotiates 2026-07-28) and
+`legacy` (the initialize handshake). The gateway's own upstream clients always use `auto`.
 
 After a warm-up, the variants take turns in blocks of calls (round robin, the order
 rotated every round), so whatever noise the machine has falls on all of them alike.
@@ -18,6 +22,7 @@ medians and the difference of medians (the added latency per proxied call).
 
     python bench/proxy_overhead.py                # 2000 measured calls per variant
     python bench/proxy_overhead.py --calls 500 --json
+    python bench/proxy_overhead.py --modes legacy    # the handshake era alone (the stdio lean path's)
 
 Every process it starts is a child of an SDK stdio client and is stopped (with its own
 children) when the run ends, also on error or timeout.
@@ -55,6 +60,7 @@ from timing import (
 REPO = Path(__file__).resolve().parent.parent
 DEMO_SERVER = REPO / "tests" / "servers" / "demo_server.py"
 FIXTURE_PLUGINS = REPO / "tests" / "fixtures" / "plugins"
+FASTMCP_PROXY = REPO / "bench" / "fastmcp_proxy.py"
 MODES = ("auto", "legacy")
 TEXT = "hello"
 
@@ -115,13 +121,16 @@ def _write_config(directory: Path) -> Path:
     return path
 
 
-def _variants() -> list[Variant]:
+def _variants(modes: tuple[str, ...]) -> list[Variant]:
     out: list[Variant] = []
-    for mode in MODES:
+    for mode in modes:
         direct = f"direct/{mode}"
         out.append(Variant(direct, "direct (stdio)", mode, "echo", None))
         out.append(Variant(f"gw-mem/{mode}", "gateway -> in-memory", mode, "mem__echo", direct))
         out.append(Variant(f"gw-child/{mode}", "gateway -> stdio child", mode, "child__echo", direct))
+        if mode == "legacy":  # the 2026-07-28 era is the SDK's on both gateways
+            out.append(Variant(f"gw-sdk/{mode}", "gateway (SDK path) -> stdio child", mode, "child__echo", direct))
+        out.append(Variant(f"fastmcp/{mode}", "FastMCP proxy -> stdio child", mode, "echo", direct))
     return out
 
 
@@ -141,23 +150,38 @@ def _check_echo(result: types.CallToolResult, tool: str) -> None:
 
 
 async def _connect(stack: AsyncExitStack, variants: list[Variant], workdir: Path, errlog: TextIO) -> None:
-    """Start one direct demo server and one gateway per client mode; the gateway rows share it."""
+    """Start one direct demo server, gateways and a FastMCP proxy per client mode; the gateway rows
+    of a mode share one gateway."""
     config = _write_config(workdir)
-    for mode in MODES:
-        direct = StdioServerParameters(
-            command=sys.executable, args=[str(DEMO_SERVER), "stdio", "--name", "mem"], cwd=str(REPO)
-        )
-        gateway = StdioServerParameters(
-            command=sys.executable,
-            args=["-m", "gateway", "--config", str(config), "serve", "--transport", "stdio"],
-            env=_gateway_env(workdir / f"data-{mode}"),
-            cwd=str(REPO),
-        )
-        direct_client = await stack.enter_async_context(Client(stdio_client(direct, errlog=errlog), mode=mode))
-        gateway_client = await stack.enter_async_context(Client(stdio_client(gateway, errlog=errlog), mode=mode))
+    child = [str(DEMO_SERVER), "stdio", "--name", "child"]
+    for mode in sorted({v.mode for v in variants}):
+        gateway = ["-m", "gateway", "--config", str(config), "serve", "--transport", "stdio"]
+        servers = {
+            "direct": StdioServerParameters(
+                command=sys.executable, args=[str(DEMO_SERVER), "stdio", "--name", "mem"], cwd=str(REPO)
+            ),
+            "gw": StdioServerParameters(
+                command=sys.executable, args=gateway, env=_gateway_env(workdir / f"data-{mode}"), cwd=str(REPO)
+            ),
+            "gw-sdk": StdioServerParameters(
+                command=sys.executable,
+                args=gateway,
+                env=_gateway_env(workdir / f"data-sdk-{mode}") | {"GATEWAY_LEAN_PATH": "false"},
+                cwd=str(REPO),
+            ),
+            "fastmcp": StdioServerParameters(
+                command=sys.executable, args=[str(FASTMCP_PROXY), "stdio", "--", sys.executable, *child], cwd=str(REPO)
+            ),
+        }
+        clients: dict[str, Client] = {}
         for v in variants:
             if v.mode == mode:
-                v.client = direct_client if v.key.startswith("direct/") else gateway_client
+                kind = v.key.split("/")[0]
+                server = "gw" if kind in ("gw-mem", "gw-child") else kind
+                if server not in clients:
+                    connected = Client(stdio_client(servers[server], errlog=errlog), mode=mode)
+                    clients[server] = await stack.enter_async_context(connected)
+                v.client = clients[server]
     for v in variants:
         assert v.client is not None
         listed = {t.name for t in (await v.client.list_tools()).tools}
@@ -230,7 +254,7 @@ def _machine() -> dict[str, Any]:
 
 
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
-    variants = _variants()
+    variants = _variants(tuple(args.modes.split(",")))
     with tempfile.TemporaryDirectory(prefix="mcp-gateway-bench-") as tmp:
         workdir = Path(tmp)
         errlog_path = workdir / "stderr.log"
@@ -267,7 +291,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_paired_options(parser, calls=2000, warmup=200, timeout=600)
     parser.add_argument("--json", action="store_true", help="also print one JSON object, last on stdout")
+    parser.add_argument("--modes", default=",".join(MODES), help="the client's protocol modes (auto,legacy)")
     args = parser.parse_args(argv)
+    if not args.modes or not set(args.modes.split(",")) <= set(MODES):
+        parser.error(f"--modes: a comma-separated list of {', '.join(MODES)}")
     check_paired_options(parser, args)
 
     try:

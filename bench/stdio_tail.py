@@ -6,8 +6,11 @@ remove one suspect:
 
 - base:        the gateway as it ships (records on: the writer thread flushes every second)
 - no-records:  `GATEWAY_RECORDS__ENABLED=false` (no records writer thread, no recorder layer)
+- sdk-path:    `GATEWAY_LEAN_PATH=false` (every request through the SDK's session)
 - no-gc:       the gateway's (and its child's) cyclic garbage collector off (`gc.disable()`
                in a `sitecustomize` put first on `PYTHONPATH`)
+- no-freeze:   without the freeze of the start-up's objects (`gateway.collector`: `gc.freeze()`
+               made a no-op in the same `sitecustomize`)
 
 and `direct`, the client to the demo server itself. The variants take turns in blocks of
 `--block` calls, the order rotated every round; the client collects its own garbage between
@@ -17,6 +20,8 @@ same `sitecustomize`), and the table gives their number and total time per 1000 
 
     python bench/stdio_tail.py                   # 1000 measured calls per variant
     python bench/stdio_tail.py --calls 300 --json
+    python bench/stdio_tail.py --variants direct,base,no-freeze --calls 3000
+    python bench/stdio_tail.py --mode auto      # the client negotiating 2026-07-28 (the default: legacy)
 
 Every process it starts is a child of an SDK stdio client and is stopped when the run ends.
 """
@@ -44,12 +49,12 @@ REPO = Path(__file__).resolve().parent.parent
 DEMO_SERVER = REPO / "tests" / "servers" / "demo_server.py"
 
 GC_LOG = """
-import gc, os, threading, time
+import gc, os, time
 _log = os.environ.get("BENCH_GC_LOG")
 if os.environ.get("BENCH_GC_OFF"):
     gc.disable()
-if os.environ.get("BENCH_GC_FREEZE"):
-    threading.Timer(float(os.environ["BENCH_GC_FREEZE"]), gc.freeze).start()
+if os.environ.get("BENCH_NO_FREEZE"):
+    gc.freeze = lambda: None
 if _log:
     _started = [0.0, 0.0]
     def _hook(phase, info):
@@ -86,13 +91,14 @@ def _variants(workdir: Path) -> list[Variant]:
     return [
         Variant("direct", {}, tool="echo"),
         logged("base"),
+        logged("sdk-path", GATEWAY_LEAN_PATH="false"),
         logged("no-records", GATEWAY_RECORDS__ENABLED="false"),
         Variant("no-gc", {"PYTHONPATH": path, "BENCH_GC_OFF": "1"}),
-        logged("gc-frozen", BENCH_GC_FREEZE="4"),
+        logged("no-freeze", BENCH_NO_FREEZE="1"),
     ]
 
 
-async def _connect(stack: AsyncExitStack, variants: list[Variant], workdir: Path) -> None:
+async def _connect(stack: AsyncExitStack, variants: list[Variant], workdir: Path, mode: str) -> None:
     config = workdir / "gateway.yaml"
     config.write_text(
         textwrap.dedent(
@@ -119,7 +125,7 @@ async def _connect(stack: AsyncExitStack, variants: list[Variant], workdir: Path
             }
             args = ["-m", "gateway", "--config", str(config), "serve", "--transport", "stdio"]
             params = StdioServerParameters(command=sys.executable, args=args, env=env, cwd=str(REPO))
-        v.client = await stack.enter_async_context(Client(stdio_client(params, errlog=errlog)))
+        v.client = await stack.enter_async_context(Client(stdio_client(params, errlog=errlog), mode=mode))
         result = await v.client.call_tool(v.tool, {"text": "hello"})
         if result.is_error:
             raise RuntimeError(f"{v.name}: {v.tool} failed: {result.content}")
@@ -167,10 +173,10 @@ def _collections(log: Path, calls: int) -> dict[str, Any]:
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="mcp-gateway-bench-") as tmp:
         workdir = Path(tmp)
-        variants = _variants(workdir)
+        variants = [v for v in _variants(workdir) if not args.variants or v.name in args.variants.split(",")]
         with anyio.fail_after(args.timeout):
             async with AsyncExitStack() as stack:
-                await _connect(stack, variants, workdir)
+                await _connect(stack, variants, workdir, args.mode)
                 for log in workdir.glob("gc-*.log"):
                     log.write_text("")  # the start-up's collections are not the calls'
                 await _measure(variants, args.calls, args.warmup, args.block)
@@ -190,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--block", type=int, default=50, help="calls per turn (50)")
     parser.add_argument("--timeout", type=float, default=600.0, help="bound on the whole run, seconds (600)")
     parser.add_argument("--json", action="store_true", help="also print one JSON object, last on stdout")
+    parser.add_argument("--variants", default="", help="comma-separated names to run (default: all)")
+    parser.add_argument("--mode", choices=("legacy", "auto"), default="legacy", help="the client's protocol mode")
     args = parser.parse_args(argv)
     result = anyio.run(_run, args)
     print(f"{'variant':<11} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7} {'p95/p50':>7}")

@@ -54,8 +54,9 @@ ONE_WORKER_MODULES = frozenset(
 """Test modules that one pytest-xdist worker runs whole: their module fixtures start once."""
 
 
-LEAN_PATH_OFF = "GATEWAY_HTTP__LEAN_PATH"
-"""The one setting that turns the HTTP lean path off (`gateway.serving.lean_path`)."""
+LEAN_PATH_OFF = "GATEWAY_LEAN_PATH"
+"""The one setting that turns the lean paths off, over stdio and HTTP (`gateway.serving.stdio_lean`,
+`gateway.serving.lean_path`)."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -64,7 +65,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=("on", "off"),
         default="on",
         help="off: every gateway these tests start, in process or as a child, leaves every request to the "
-        "SDK's transport (GATEWAY_HTTP__LEAN_PATH=false); the same tests must pass both ways",
+        "SDK's session, over stdio and HTTP (GATEWAY_LEAN_PATH=false); the same tests must pass both ways",
     )
 
 
@@ -97,7 +98,7 @@ def anyio_backend() -> str:
 def _private_data_dir(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[None]:
     """In-process commands keep their data (tool fingerprints, embedding cache) out of the user's home,
     and serve only the plugins of the directory a test names, not the installed built-ins. With
-    `--lean-path off`, every gateway leaves every request to the SDK's transport."""
+    `--lean-path off`, every gateway leaves every request to the SDK's session."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("GATEWAY_DATA_DIR", str(tmp_path_factory.mktemp("data")))
         patch.setenv("GATEWAY_PLUGINS__ENTRY_POINTS", "false")

@@ -55,7 +55,9 @@ def _start(folder: Path, env: dict[str, str]) -> tuple[Any, str, Path]:
 def gateways(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[str, Path]]]:
     """`lean` and `sdk`: each gateway's URL and log."""
     lean_dir, sdk_dir = tmp_path_factory.mktemp("lean"), tmp_path_factory.mktemp("sdk")
-    lean = _start(lean_dir, {"GATEWAY_HTTP__LEAN_PATH": "true", "GATEWAY_LOG_LEVEL": "DEBUG"})
+    lean = _start(
+        lean_dir, {"GATEWAY_LEAN_PATH": "true", "GATEWAY_HTTP__LEAN_PATH": "true", "GATEWAY_LOG_LEVEL": "DEBUG"}
+    )
     try:
         sdk = _start(sdk_dir, {"GATEWAY_HTTP__LEAN_PATH": "false"})
         try:

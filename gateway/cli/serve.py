@@ -17,6 +17,7 @@ import anyio
 from gateway.calls.observed import ObservedCalls
 from gateway.cli.common import EXIT_OK, Usage, load, settings_from
 from gateway.cli.remote import remove_runtime, write_runtime
+from gateway.collector import freeze_after_start
 from gateway.config.loader import ConfigError, GatewayConfig
 from gateway.config.security import AuthConfig
 from gateway.config.settings import Settings, legacy_data_dir_notice
@@ -190,6 +191,7 @@ async def _serve(
             signals = records  # the router learns from the records (None: it does not)
             router = RouterService(registry, settings, lambda: build_router(settings, pm), signals)
             registry.task_group.start_soon(router.run, name="router")
+            registry.task_group.start_soon(freeze_after_start, registry, router, settings, name="gc freeze")
             registry.task_group.start_soon(vetter.watch, registry.revet, name="approvals")
             gateway = GatewayServer(
                 registry, settings, router, auth=config.auth, security=config.security, records=records

@@ -178,6 +178,15 @@ class Settings(BaseSettings):
             "(1: a gateway started by a gateway refuses to start)."
         ),
     )
+    lean_path: bool = Field(
+        default=True,
+        description=(
+            "Serve the hot requests of a handshake-era session (`tools/call`, `tools/list`, `resources/read`, "
+            "`prompts/get`) on the gateway's own path beside the SDK's, over stdio (`gateway.serving.stdio_lean`) "
+            "and streamable HTTP (`http.lean_path`): the same answers for less CPU per call. `false`: every "
+            "request of either transport goes through the SDK (and `http.lean_path` is off with it)."
+        ),
+    )
     http: HttpSettings = Field(default_factory=HttpSettings)
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
@@ -197,6 +206,13 @@ class Settings(BaseSettings):
         """Unless a data dir is named, the one of this config's deployment (`deployment_data_dir`)."""
         if "data_dir" not in self.model_fields_set:
             self.__dict__["data_dir"] = deployment_data_dir(self.config)  # not marked as set: it follows the config
+        return self
+
+    @model_validator(mode="after")
+    def _lean_path_everywhere(self) -> Settings:
+        """`lean_path: false` turns the HTTP one off too (`http.lean_path` is that transport's alone)."""
+        if not self.lean_path and self.http.lean_path:
+            self.__dict__["http"] = self.http.model_copy(update={"lean_path": False})
         return self
 
     def with_config(self, config: Path) -> Settings:

@@ -45,7 +45,6 @@ import math
 from collections.abc import Mapping
 from contextlib import suppress
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import anyio
@@ -53,7 +52,6 @@ import orjson
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorization_context
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel.server import Server
-from mcp.server.session import ServerSession
 from mcp.server.streamable_http import (
     REQUEST_CANCELLED,
     REQUEST_STREAM_BUFFER_SIZE,
@@ -62,30 +60,33 @@ from mcp.server.streamable_http import (
 )
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.dispatcher import CallOptions
-from mcp.shared.exceptions import MCPError, NoBackChannelError
+from mcp.shared.exceptions import NoBackChannelError
 from mcp.shared.jsonrpc_dispatcher import (
     JSONRPCDispatcher,
     _InFlight,
     coerce_request_id,
-    handler_exception_to_error_data,
     progress_token_from_params,
 )
 from mcp.shared.transport_context import TransportContext
-from mcp_types import INTERNAL_ERROR, ErrorData, RequestParams, RequestParamsMeta
-from mcp_types import methods as spec_methods
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
-from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.serving.hot_requests import (
+    HOT_METHODS,
+    Hot,
+    HotFilter,
+    compose,
+    dump_json,
+    hot_request,
+    outcome,
+    request_context,
+)
 
 __all__ = ["HOT_METHODS", "LeanPath"]
 
 logger = logging.getLogger(__name__)
 
-HOT_METHODS = frozenset({"tools/call", "tools/list", "resources/read", "prompts/get"})
-"""The requests the lean path serves; every other one is the SDK's."""
-
-_REQUEST_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
 _SSE_HEADERS = [
     (b"cache-control", b"no-cache, no-transform"),
     (b"connection", b"keep-alive"),
@@ -122,7 +123,7 @@ class _Answer:
         """One message on the request's stream (sse-starlette's framing, as the SDK's)."""
         async with self._lock:
             await self._open_stream()
-            data = b"event: message\r\ndata: " + orjson.dumps(message) + b"\r\n\r\n"
+            data = b"event: message\r\ndata: " + dump_json(message) + b"\r\n\r\n"
             await self._send({"type": "http.response.body", "body": data, "more_body": True})
 
     async def ping(self) -> None:
@@ -132,7 +133,7 @@ class _Answer:
 
     async def finish(self, message: Mapping[str, Any]) -> None:
         """The request's answer: the last event of a stream, else the whole JSON body."""
-        body = orjson.dumps(message)
+        body = dump_json(message)
         async with self._lock:
             if self.streaming:
                 data = b"event: message\r\ndata: " + body + b"\r\n\r\n"
@@ -249,9 +250,8 @@ class LeanPath:
         self.manager = manager
         self.path = path
         self.window = window
-        self.own_tools = own_tools
+        self.leave = HotFilter(own_tools, catalog)
         """Tool names the gateway answers itself (search may ask the client's model): the SDK's."""
-        self.catalog = catalog
         self.sessions: dict[str, _Session] = {}
         self.served = 0
         """Requests answered on this path (each also logged at DEBUG, which the tests read)."""
@@ -293,7 +293,7 @@ class LeanPath:
             messages.append(message)
             if message["type"] != "http.request" or not message.get("more_body", False):
                 break
-        request = _hot_request(messages, self.server, session.connection.protocol_version, self)
+        request = _hot_request(messages, self.server, session.connection.protocol_version, self.leave)
         if request is None:
             await self.app(scope, _replaying(messages, receive), send)
             return
@@ -331,7 +331,7 @@ class LeanPath:
             return None
         return session
 
-    async def _serve(self, session: _Session, request: _Hot, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _serve(self, session: _Session, request: Hot, scope: Scope, receive: Receive, send: Send) -> None:
         transport = session.transport
         idle = transport.idle_scope if transport._idle_timeout is not None else None
         if idle is not None:  # a request in flight holds the session, as in the transport's handle_request
@@ -345,28 +345,19 @@ class LeanPath:
                 if not transport._requests_in_flight:
                     idle.deadline = anyio.current_time() + transport._idle_timeout
 
-    async def _answer(self, session: _Session, hot: _Hot, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _answer(self, session: _Session, hot: Hot, scope: Scope, receive: Receive, send: Send) -> None:
         answer = _Answer(send, session.transport.mcp_session_id.encode("latin-1"))
         channel = _LeanDispatch(hot.id, hot.params, session, answer)
-        ctx = ServerRequestContext(
-            session=ServerSession(channel, session.connection, request_meta=hot.meta),  # type: ignore[arg-type]
-            lifespan_context=session.lifespan_state,
-            protocol_version=session.connection.protocol_version,
-            method=hot.method,
-            params=hot.params,
-            request_id=hot.id,
-            meta=hot.meta,
-            request=Request(scope, receive),
-        )
-        call = _compose(self.server.middleware, partial(_run_handler, hot))
+        ctx = request_context(hot, channel, session.connection, session.lifespan_state, Request(scope, receive))
+        call = compose(self.server, hot)
         call_scope = anyio.CancelScope()
         in_flight, key = session.dispatcher._in_flight, coerce_request_id(hot.id)
         in_flight[key] = _InFlight(scope=call_scope, dctx=channel)  # type: ignore[arg-type]  # the client may cancel it
-        outcome: dict[str, Any] | None = None
+        result: dict[str, Any] | None = None
         watcher = asyncio.get_running_loop().create_task(self._watch(receive, answer, call_scope))
         try:
             with call_scope:
-                outcome = await _outcome(call, ctx, hot)
+                result = await outcome(call, ctx, hot)
         finally:
             watcher.cancel()
             await channel.close()
@@ -375,10 +366,10 @@ class LeanPath:
                 del in_flight[key]
         if watcher.done() and not watcher.cancelled() and watcher.result():
             return  # the client hung up: nobody to answer
-        if channel.cancel_requested.is_set() or outcome is None:
+        if channel.cancel_requested.is_set() or result is None:
             error = {"code": REQUEST_CANCELLED, "message": "Request cancelled"}
-            outcome = {"jsonrpc": "2.0", "id": hot.id, "error": error}
-        await answer.finish(outcome)
+            result = {"jsonrpc": "2.0", "id": hot.id, "error": error}
+        await answer.finish(result)
 
     async def _watch(self, receive: Receive, answer: _Answer, call: anyio.CancelScope) -> bool:
         """Until cancelled: notice the client hanging up (cancel the call, True); open the stream
@@ -399,97 +390,15 @@ class LeanPath:
                 return True
 
 
-@dataclass(slots=True)
-class _Hot:
-    id: str | int
-    method: str
-    params: dict[str, Any] | None
-    meta: RequestParamsMeta | None
-    typed: BaseModel
-    handler: Any
-
-
-def _hot_request(messages: list[Message], server: Server[Any], version: str, lean: LeanPath) -> _Hot | None:
-    """The one hot request in this body, its params validated as the SDK validates them; None: the SDK's."""
+def _hot_request(messages: list[Message], server: Server[Any], version: str, leave: HotFilter) -> Hot | None:
+    """The one hot request in this body (`gateway.serving.hot_requests`); None: the SDK's."""
     if messages[-1]["type"] != "http.request":
         return None
-    body = b"".join(m.get("body", b"") for m in messages)
     try:
-        data = orjson.loads(body)
+        data = orjson.loads(b"".join(m.get("body", b"") for m in messages))
     except orjson.JSONDecodeError:
         return None
-    if not isinstance(data, dict) or data.get("jsonrpc") != "2.0" or not data.keys() <= _REQUEST_KEYS:
-        return None
-    method, request_id, params = data.get("method"), data.get("id"), data.get("params")
-    if method not in HOT_METHODS or isinstance(request_id, bool) or not isinstance(request_id, int | str):
-        return None
-    if params is not None and (not isinstance(params, dict) or "task" in params):
-        return None
-    if method == "tools/call" and params is not None:
-        name = params.get("name")
-        if name in lean.own_tools and name not in lean.catalog.tools:
-            return None
-    entry = server.get_request_handler(method)
-    if entry is None:
-        return None
-    try:
-        spec_methods.validate_client_request(method, version, params)
-        typed = entry.params_type.model_validate({} if params is None else params, by_name=False)
-        meta = RequestParams.model_validate(params, by_name=False).meta if params and "_meta" in params else None
-    except (ValidationError, KeyError, ValueError):
-        return None
-    return _Hot(request_id, method, params, meta, typed, entry.handler)
-
-
-async def _run_handler(hot: _Hot, ctx: ServerRequestContext[Any, Any]) -> HandlerResult:
-    """The SDK runner's innermost step, past the validation `_hot_request` did."""
-    result = await hot.handler(ctx, hot.typed)
-    if isinstance(result, ErrorData):
-        raise MCPError.from_error_data(result)
-    return result
-
-
-async def _outcome(call: CallNext, ctx: ServerRequestContext[Any, Any], hot: _Hot) -> dict[str, Any]:
-    """The JSON-RPC answer: the result shaped as the SDK's runner shapes it, or its error."""
-    try:
-        result = await call(ctx)
-        return {"jsonrpc": "2.0", "id": hot.id, "result": _serialize(hot.method, ctx.protocol_version, result)}
-    except MCPError as exc:
-        error = exc.error
-    except Exception as exc:  # the SDK dispatcher's boundary, same answer
-        found = handler_exception_to_error_data(exc)
-        if found is None:
-            logger.exception("handler for %r raised", hot.method)
-            found = ErrorData(code=0, message=str(exc))
-        error = found
-    dumped = error.model_dump(by_alias=True, mode="json", exclude_unset=True)
-    return {"jsonrpc": "2.0", "id": hot.id, "error": dumped}
-
-
-def _serialize(method: str, version: str, result: HandlerResult) -> dict[str, Any]:
-    """The runner's shaping for a handshake-era core result (`ServerRunner._serialize`): the
-    per-version surface (fields that version lacks dropped) and nothing else."""
-    if isinstance(result, BaseModel):
-        dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
-    else:
-        dumped = dict(result or {})
-    try:
-        return spec_methods.serialize_server_result(method, version, dumped)
-    except ValidationError:
-        logger.exception("handler for %r returned an invalid result", method)
-        raise MCPError(code=INTERNAL_ERROR, message="Handler returned an invalid result") from None
-
-
-def _compose(middleware: list[Any], inner: CallNext) -> CallNext:
-    """The server's middleware around `inner`, outermost first (`ServerRunner._compose_server_middleware`)."""
-    call = inner
-    for each in reversed(middleware):
-        call = partial(_apply, each, call)
-    return call
-
-
-async def _apply(middleware: Any, call_next: CallNext, ctx: ServerRequestContext[Any, Any]) -> HandlerResult:
-    return await middleware(ctx, call_next)
+    return hot_request(data, server, version, leave)
 
 
 def _replaying(messages: list[Message], receive: Receive) -> Receive:

@@ -30,11 +30,13 @@ from gateway.registry import ChangeKind, Registry
 from gateway.relay import Interactions, connection_of
 from gateway.router.service import RouterService
 from gateway.serving.completion import Completion
+from gateway.serving.exposure import GATEWAY_TOOL_NAMES
 from gateway.serving.notifications import Notifications
 from gateway.serving.prompts import PromptHandlers
 from gateway.serving.resources import ResourceHandlers
 from gateway.serving.startup import StartupWait
 from gateway.serving.stdio import stdio_streams
+from gateway.serving.stdio_lean import StdioLean
 from gateway.serving.tools import ToolHandlers
 from gateway.upstreams.upstream import cancel_when
 from gateway.version import gateway_version
@@ -203,7 +205,10 @@ class GatewayServer:
     async def run_stdio(self) -> None:
         # No fixed initialization options: the handshake reads them when it happens, so the
         # instructions include the servers that have connected by then.
-        async with stdio_streams() as (read_stream, write_stream), self.server.lifespan(self.server) as state:
+        lean = None
+        if self.settings.lean_path:  # the hot requests on the gateway's own path (`stdio_lean`)
+            lean = StdioLean(self.server, own_tools=GATEWAY_TOOL_NAMES, catalog=self.registry.catalog)
+        async with stdio_streams(lean) as (read_stream, write_stream), self.server.lifespan(self.server) as state:
             await serve_dual_era_loop(self.server, read_stream, write_stream, lifespan_state=state)
 
 

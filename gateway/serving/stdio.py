@@ -10,31 +10,54 @@ reads the null device and fd 1 writes to stderr, so a plugin's stray `print()` o
 child that inherits them never corrupts the wire; both are restored on exit. A stdin or
 stdout the event loop cannot watch (a regular file, a terminal) is served by the SDK's
 transport instead.
+
+Every line for stdout goes through one `Outbox`, written straight to the pipe while the pipe
+takes it (a backlog flushed when it becomes writable), so the SDK's messages and the lean
+path's answers (`gateway.serving.stdio_lean`) leave in the order they were written: a call's
+progress before its answer. A line read from stdin is offered to the lean path first; what it
+does not take is parsed for the SDK's session as before.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
-from typing import Any
+from types import TracebackType
+from typing import Any, Protocol
 
 import anyio
 import mcp_types as types
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
-__all__ = ["READ_SIZE", "stdio_streams"]
+__all__ = ["READ_SIZE", "LineTaker", "Outbox", "stdio_streams"]
 
 READ_SIZE = 1 << 16
 """Bytes read from stdin at a time; a longer message arrives in several reads."""
+BACKLOG_LIMIT = 1 << 18
+"""Bytes a writer may leave unwritten (the client reads slowly) before its next send waits."""
+LAST_FLUSH_SECONDS = 2.0
+"""At the end of the session: how long what is still unwritten may take to leave."""
+
+
+class LineTaker(Protocol):
+    """The lean path as the transport sees it (`gateway.serving.stdio_lean.StdioLean`)."""
+
+    def bind(self, outbox: Outbox) -> None:
+        """The session's stdout: where its answers go, and the write stream the SDK's session is given."""
+
+    def take(self, line: bytes) -> bool:
+        """Serve this line from stdin (True), or leave it to the SDK's session (False)."""
 
 
 @asynccontextmanager
-async def stdio_streams() -> AsyncIterator[tuple[Any, Any]]:
-    """(read, write) streams of JSON-RPC messages over this process's stdin and stdout."""
+async def stdio_streams(lean: LineTaker | None = None) -> AsyncIterator[tuple[Any, Any]]:
+    """(read, write) streams of JSON-RPC messages over this process's stdin and stdout;
+    `lean` is offered each line first (not with the SDK's transport)."""
     if not (_pollable(0) and _pollable(1)):
         async with stdio_server() as streams:
             yield streams
@@ -46,20 +69,118 @@ async def stdio_streams() -> AsyncIterator[tuple[Any, Any]]:
         _restore(0, wire_in)
         raise
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-    write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
+    outbox = Outbox(wire_out, on_broken=read_writer.close)  # EPIPE: nobody reads, the session's reads end too
+    if lean is not None:
+        lean.bind(outbox)
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_pump_in, wire_in, read_writer)
-            tg.start_soon(_pump_out, wire_out, write_reader, read_writer)
+            tg.start_soon(_pump_in, wire_in, read_writer, lean)
+            tg.start_soon(outbox.flush)
             try:
-                yield read_stream, write_stream
+                yield read_stream, outbox
             finally:
+                with anyio.move_on_after(LAST_FLUSH_SECONDS, shield=True):
+                    await outbox.flushed()
                 tg.cancel_scope.cancel()
     finally:
-        for stream in (read_stream, write_stream, read_writer, write_reader):
+        for stream in (read_stream, read_writer, outbox):
             await stream.aclose()
         _restore(1, wire_out)
         _restore(0, wire_in)
+
+
+class Outbox:
+    """stdout, one message a line: the SDK session's write stream (`send`) and the lean path's
+    (`write`). A line goes to the pipe at once when nothing waits before it; otherwise it joins
+    the backlog that `flush` writes as the pipe drains, and a send waits while the backlog is
+    over `BACKLOG_LIMIT` (a client that stops reading holds its server up, as a pipe would)."""
+
+    def __init__(self, wire: int, *, on_broken: Callable[[], None]) -> None:
+        self._wire = wire
+        self._on_broken = on_broken
+        self._backlog = bytearray()
+        self._pending = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room.set()
+        self._empty = asyncio.Event()
+        self._empty.set()
+        self.closed = False
+        self.broken = False
+
+    def write(self, data: bytes) -> None:
+        """Queue one line (ending in a newline) after everything written before it."""
+        if self.broken:
+            raise anyio.BrokenResourceError
+        if not self._backlog:
+            try:
+                written = os.write(self._wire, data)
+            except BlockingIOError:
+                written = 0
+            except OSError:
+                self._break()
+                raise anyio.BrokenResourceError from None
+            if written == len(data):
+                return
+            data = data[written:]
+        self._backlog += data
+        self._empty.clear()
+        self._pending.set()
+        if len(self._backlog) > BACKLOG_LIMIT:
+            self._room.clear()
+
+    async def room(self) -> None:
+        """Wait while the backlog is over its limit."""
+        if not self._room.is_set():
+            await self._room.wait()
+
+    async def flushed(self) -> None:
+        """Wait until everything written has reached the pipe (or the pipe broke)."""
+        await self._empty.wait()
+
+    async def flush(self) -> None:
+        """Write the backlog as the pipe takes it (a task for the session's lifetime)."""
+        while True:
+            await self._pending.wait()
+            self._pending.clear()
+            while self._backlog:
+                await anyio.wait_writable(self._wire)
+                try:
+                    written = os.write(self._wire, self._backlog)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    self._break()
+                    return
+                del self._backlog[:written]
+                if len(self._backlog) <= BACKLOG_LIMIT:
+                    self._room.set()
+            self._empty.set()
+
+    def _break(self) -> None:
+        self.broken = True
+        self._backlog.clear()
+        for event in (self._room, self._empty):
+            event.set()
+        self._on_broken()
+
+    # The SDK's `WriteStream[SessionMessage]`.
+
+    async def send(self, message: SessionMessage, /) -> None:
+        if self.closed:
+            raise anyio.ClosedResourceError
+        self.write((message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n").encode())
+        await self.room()
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+    async def __aenter__(self) -> Outbox:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
 
 
 def _pollable(fd: int) -> bool:
@@ -95,8 +216,9 @@ def _restore(fd: int, wire: int) -> None:
         os.close(wire)
 
 
-async def _pump_in(wire: int, messages: Any) -> None:
-    """Read lines until end of file, each one a message (or, unparseable, the error)."""
+async def _pump_in(wire: int, messages: Any, lean: LineTaker | None) -> None:
+    """Read lines until end of file, each one a message (or, unparseable, the error) for the
+    SDK's session unless the lean path takes it."""
     pending: list[bytes] = []
     async with messages:
         while True:
@@ -112,12 +234,13 @@ async def _pump_in(wire: int, messages: Any) -> None:
             start = 0
             while (end := chunk.find(b"\n", start)) >= 0:
                 pending.append(chunk[start:end])
-                line = b"".join(pending).decode("utf-8", errors="replace")
+                raw = b"".join(pending)
                 pending.clear()
                 start = end + 1
-                if line.strip():
-                    with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-                        await messages.send(_parse(line))
+                if not raw.strip() or (lean is not None and lean.take(raw)):
+                    continue
+                with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    await messages.send(_parse(raw.decode("utf-8", errors="replace")))
             if start < len(chunk):
                 pending.append(chunk[start:])
 
@@ -127,19 +250,3 @@ def _parse(line: str) -> SessionMessage | Exception:
         return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
     except ValueError as exc:  # the server loop answers it as a parse error
         return exc
-
-
-async def _pump_out(wire: int, messages: Any, reads: Any) -> None:
-    """Write each message as one line; a client that closed its end ends the session's reads too."""
-    async with messages:
-        async for message in messages:
-            data = memoryview((message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n").encode())
-            try:
-                while data:
-                    try:
-                        data = data[os.write(wire, data) :]
-                    except BlockingIOError:
-                        await anyio.wait_writable(wire)
-            except OSError:  # EPIPE: nobody reads any more
-                await reads.aclose()
-                return
