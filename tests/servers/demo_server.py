@@ -103,7 +103,9 @@ def create_server(name: str = "demo") -> MCPServer:
         try:
             await anyio.sleep(60)
         except anyio.get_cancelled_exc_class():
-            Path(marker).write_text("cancelled")
+            written = Path(f"{marker}.partial")  # renamed whole: a test polling for the marker never reads it empty
+            written.write_text("cancelled")
+            written.replace(marker)
             raise
         return "not cancelled"
 
