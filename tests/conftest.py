@@ -53,8 +53,9 @@ ONE_WORKER_MODULES = frozenset(
 """Test modules that one pytest-xdist worker runs whole: their module fixtures start once."""
 
 
-LEAN_PATH_OFF = "GATEWAY_HTTP__LEAN_PATH"
-"""The one setting that turns the HTTP lean path off (`gateway.serving.lean_path`)."""
+LEAN_PATH_OFF = ("GATEWAY_HTTP__LEAN_PATH", "GATEWAY_UPSTREAMS__LEAN_CALLS")
+"""The settings that turn the lean paths off: serving HTTP (`gateway.serving.lean_path`) and
+forwarding calls upstream (`gateway.upstreams.lean_calls`)."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -101,7 +102,8 @@ def _private_data_dir(tmp_path_factory: pytest.TempPathFactory, request: pytest.
         patch.setenv("GATEWAY_DATA_DIR", str(tmp_path_factory.mktemp("data")))
         patch.setenv("GATEWAY_PLUGINS__ENTRY_POINTS", "false")
         if request.config.getoption("lean_path") == "off":
-            patch.setenv(LEAN_PATH_OFF, "false")
+            for setting in LEAN_PATH_OFF:
+                patch.setenv(setting, "false")
         yield
 
 
@@ -263,7 +265,7 @@ in the background; a test that searches, ranks or reads the router's metrics kee
 
 def gateway_env(tmp_path: Path, *, plugins_dir: Path = FIXTURE_PLUGINS) -> dict[str, str]:
     """Environment for a gateway child: its own data dir and the test plugin directory (its only plugins)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_") or k == LEAN_PATH_OFF}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_") or k in LEAN_PATH_OFF}
     env.update(
         {
             "GATEWAY_DATA_DIR": str(tmp_path / "data"),

@@ -47,6 +47,7 @@ from gateway.upstreams.errors import (
 )
 from gateway.upstreams.health import probe
 from gateway.upstreams.in_flight import InFlight
+from gateway.upstreams.lean_calls import HttpLean, LeanCalls, StdioLean, bind, lean_channel
 from gateway.upstreams.listing import Unsupported, fetch_listing, method_not_found, unsupported_answer
 from gateway.upstreams.message_bounds import DEFAULT_MAX_MESSAGE_BYTES
 from gateway.upstreams.oauth.binding import (
@@ -125,8 +126,12 @@ class Upstream:
         listing_dir: Path | None = None,
         http_client: HttpClientKind = "lean",
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        lean_calls: bool = True,
     ) -> None:
         self.spec = spec
+        self.lean_calls = lean_calls
+        """Whether `tools/call` goes on the gateway's own path (`gateway.upstreams.lean_calls`)."""
+        self._lean: LeanCalls | None = None
         self.max_message_bytes = max_message_bytes
         """Bytes of one message read from the server (`gateway.upstreams.message_bounds`)."""
         self.http_client: HttpClientKind = http_client
@@ -323,12 +328,14 @@ class Upstream:
         """Connect, list, then serve until stopped or closed. Returns whether it connected."""
         async with session as client:
             self._client = client
+            bind(client, self._lean)
             try:
                 return await self._serve_connected(client, scope, started)
             finally:
                 # Before the client closes (a stdio child's exit can take a while): a request from now on is
                 # refused as `upstream_unavailable` and retried, never sent to a client being closed.
                 self._client = None
+                bind(client, None)
 
     async def _serve_connected(self, client: Client, scope: anyio.CancelScope, started: float) -> bool:
         """Serve one connected client until stopped or closed (`_serve_client`)."""
@@ -365,13 +372,14 @@ class Upstream:
     def _make_client(self, errlog: TextIO | None) -> Client:
         spec = self.spec
         target: Any
+        self._lean = lean = lean_channel(spec) if self.lean_calls else None
         if spec.transport == "memory":
             target = spec.target
         elif spec.transport == "stdio":
             assert isinstance(spec.target, StdioServerParameters)
-            target = watched(
-                stdio_child(spec.target, errlog or sys.stderr, self._on_spawn, self.max_message_bytes), self._closed
-            )
+            stdio_lean = lean if isinstance(lean, StdioLean) else None
+            child = stdio_child(spec.target, errlog or sys.stderr, self._on_spawn, self.max_message_bytes, stdio_lean)
+            target = watched(child, self._closed)
         else:
             assert isinstance(spec.target, str)
             http = http_transport(
@@ -383,6 +391,7 @@ class Upstream:
                 server=spec.id,
                 sse=spec.transport == "sse",
                 max_message_bytes=self.max_message_bytes,
+                lean=lean if isinstance(lean, HttpLean) else None,
             )
             target = watched(http, self._closed)
         relay = relay_callbacks(partial(self.events.relay_request, self)) if self.relay_requests else {}
