@@ -61,8 +61,9 @@ logger = logging.getLogger(__name__)
 ID_PREFIX = "gw-"
 _MARK = b'"gw-'
 """Every line that concerns a lean request has its id (or progress token) in it."""
+_LOG_MARK = b'"notifications/message"'
 
-Progress = Callable[[float, float | None, str | None], Awaitable[None]]
+OnLog = Callable[[types.LoggingMessageNotificationParams], Awaitable[None]]
 
 _channels: dict[int, tuple[Client, LeanCalls]] = {}
 """The open clients with a lean path, by `id` (the SDK's `Client` is not hashable)."""
@@ -88,10 +89,25 @@ def _closed() -> MCPError:
 class LeanCalls:
     """The lean requests of one connection: ids, and what each transport does with a request."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_log: OnLog | None = None) -> None:
         self._ids = itertools.count(1)
         self.broken = False
         """Set when the connection failed under a lean call: the supervisor is re-making it."""
+        self.on_log = on_log
+        """The client's logging callback: a log line sent during a call is relayed before its answer."""
+
+    async def log(self, message: Any) -> bool:
+        """Relay a `notifications/message` in order (the SDK would in a task of its own, after the
+        answer had gone on); False leaves anything else, or a malformed one, to the SDK."""
+        params = message.get("params") if isinstance(message, dict) else None
+        if self.on_log is None or message.get("method") != "notifications/message" or not isinstance(params, dict):
+            return False
+        try:
+            validated = types.LoggingMessageNotificationParams.model_validate(params, by_name=False)
+        except ValidationError:
+            return False
+        await self.on_log(validated)
+        return True
 
     def next_id(self) -> str:
         return f"{ID_PREFIX}{next(self._ids)}"
@@ -104,8 +120,8 @@ class LeanCalls:
 class StdioLean(LeanCalls):
     """Lean requests over a stdio child: written to its stdin, answered through `take` by its stdout reader."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, on_log: OnLog | None = None) -> None:
+        super().__init__(on_log)
         self._write: Callable[[bytes], Awaitable[None]] | None = None
         self._pending: dict[str, MemoryObjectSendStream[Any]] = {}
         self._ended = False
@@ -114,11 +130,21 @@ class StdioLean(LeanCalls):
         """The child's stdin writer (`stdio_child`), shared with the SDK's writes."""
         self._write = write
 
-    def take(self, line: bytes | dict[str, Any]) -> bool:
-        """Whether `line` answers a lean request (or reports its progress); it is delivered if so,
-        else it is the SDK's. Called by the stdout reader, in order, for every message."""
+    async def offer(self, line: bytes | dict[str, Any]) -> bool:
+        """Whether `line` answers a lean request, reports its progress or is a log line sent while
+        lean requests wait; it is delivered if so, else it is the SDK's. Called by the stdout
+        reader, in order, for every message."""
         if not self._pending:
             return False
+        if isinstance(line, bytes) and _LOG_MARK in line:
+            try:
+                return await self.log(orjson.loads(line))
+            except orjson.JSONDecodeError:
+                return False
+        return self.take(line)
+
+    def take(self, line: bytes | dict[str, Any]) -> bool:
+        """`offer` for an answer or a progress report."""
         if isinstance(line, bytes):
             if _MARK not in line:
                 return False
@@ -181,8 +207,8 @@ class StdioLean(LeanCalls):
 class HttpLean(LeanCalls):
     """Lean requests over streamable HTTP: POSTed through the session's httpx2 client, answered on the POST."""
 
-    def __init__(self, url: str) -> None:
-        super().__init__()
+    def __init__(self, url: str, on_log: OnLog | None = None) -> None:
+        super().__init__(on_log)
         self.url = url
         self.http: httpx2.AsyncClient | None = None
         self.session_id: str | None = None
@@ -263,7 +289,8 @@ class HttpLean(LeanCalls):
                 ):
                     await _report(progress, params)
                     continue
-                await self._hand_over(event.data)
+                if not await self.log(message):
+                    await self._hand_over(event.data)
         except httpx2.SSEError as exc:
             raise MCPError(types.CONNECTION_CLOSED, f"SSE stream failed: {exc}") from None
         raise MCPError(types.CONNECTION_CLOSED, "SSE stream ended without a response")
@@ -505,11 +532,11 @@ async def merged_reads(read: Any, channel: HttpLean) -> AsyncIterator[_MergedRea
             tg.cancel_scope.cancel()
 
 
-def lean_channel(spec: Any) -> LeanCalls | None:
+def lean_channel(spec: Any, on_log: OnLog | None = None) -> LeanCalls | None:
     """The lean path for a server (`gateway.upstreams.spec.UpstreamSpec`): stdio (in UTF-8, what
     orjson writes) and streamable HTTP have one; in-memory and legacy SSE servers keep the SDK's."""
     if spec.transport == "stdio" and getattr(spec.target, "encoding", "utf-8").lower().replace("-", "") == "utf8":
-        return StdioLean()
+        return StdioLean(on_log)
     if spec.transport == "http" and isinstance(spec.target, str):
-        return HttpLean(spec.target)
+        return HttpLean(spec.target, on_log)
     return None

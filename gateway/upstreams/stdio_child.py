@@ -24,7 +24,7 @@ from mcp import StdioServerParameters
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
-from gateway.upstreams.lean_calls import StdioLean
+from gateway.upstreams.lean_calls import LeanCalls, StdioLean
 from gateway.upstreams.message_bounds import DEFAULT_MAX_MESSAGE_BYTES, SETTING, LineBuffer
 
 __all__ = ["GRACE_SECONDS", "kill_process_group", "stdio_child"]
@@ -44,13 +44,14 @@ async def stdio_child(
     errlog: TextIO,
     on_spawn: Callable[[int], None] | None = None,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-    lean: StdioLean | None = None,
+    lean: LeanCalls | None = None,
 ) -> AsyncIterator[tuple[Any, Any]]:
     """Spawn `params` in a new process group and yield (read, write) streams of JSON-RPC messages.
 
     A line on stdout over `max_message_bytes` is not kept: `gateway.upstreams.message_bounds`.
     `lean`: the lean calls on this child (`gateway.upstreams.lean_calls`) take their answers out
     of stdout before the SDK reads it, and write their requests through the same pipe."""
+    lean = lean if isinstance(lean, StdioLean) else None
     # Shielded: a cancel (the registry closing while it restarts a server) landing inside the spawn
     # would lose the process handle after the child exists, leaving a child that nothing stops.
     # Once spawned, a pending cancel is delivered inside the `try` below, whose `finally` stops it.
@@ -88,7 +89,7 @@ async def stdio_child(
             with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 async for chunk in process.stdout:
                     for line in lines.feed(chunk):
-                        if lean is not None and line is not None and lean.take(line):
+                        if lean is not None and line is not None and await lean.offer(line):
                             continue
                         if isinstance(line, dict):  # a message over the limit, dropped
                             await read_writer.send(SessionMessage(types.jsonrpc_message_adapter.validate_python(line)))
