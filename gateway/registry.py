@@ -40,6 +40,7 @@ from gateway.observability.metrics import GatewayMetrics, UpstreamFigures
 from gateway.plugins import PluginManager
 from gateway.relay import Relay
 from gateway.server_specs import RegistrationError
+from gateway.upstreams import lean_calls
 from gateway.upstreams.caller_sessions import CallerSessions
 from gateway.upstreams.oauth import account_id
 from gateway.upstreams.recursion import ChainError, gateway_chain, is_refusal
@@ -99,6 +100,7 @@ class Registry:
             "listing_dir": settings.data_dir / "listings",
             "http_client": settings.upstreams.http_client,
             "max_message_bytes": settings.upstreams.max_message_bytes,
+            "lean_calls": settings.upstreams.lean_calls,
         }
         self.task_status_listeners: list[TaskStatusListener] = []
         """Told of every `notifications/tasks/status` a server sends (`gateway.serving.tasks`)."""
@@ -482,7 +484,7 @@ class Registry:
                 caller_token,
                 upstream,
                 f"tools/call {name!r}",
-                lambda c: c.call_tool(entry.original, args, progress_callback=progress, meta=meta),
+                lambda c: lean_calls.call_tool(c, entry.original, args, progress, meta),
                 timeout=math.inf,  # `apply_timeout` bounds each attempt with the tool's own timeout
                 account=account,
             )

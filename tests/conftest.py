@@ -54,9 +54,9 @@ ONE_WORKER_MODULES = frozenset(
 """Test modules that one pytest-xdist worker runs whole: their module fixtures start once."""
 
 
-LEAN_PATH_OFF = "GATEWAY_LEAN_PATH"
-"""The one setting that turns the lean paths off, over stdio and HTTP (`gateway.serving.stdio_lean`,
-`gateway.serving.lean_path`)."""
+LEAN_PATH_OFF = ("GATEWAY_LEAN_PATH",)
+"""The one setting that turns the lean paths off: serving stdio and HTTP (`gateway.serving.stdio_lean`,
+`gateway.serving.lean_path`) and forwarding calls upstream (`gateway.upstreams.lean_calls`)."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -103,7 +103,8 @@ def _private_data_dir(tmp_path_factory: pytest.TempPathFactory, request: pytest.
         patch.setenv("GATEWAY_DATA_DIR", str(tmp_path_factory.mktemp("data")))
         patch.setenv("GATEWAY_PLUGINS__ENTRY_POINTS", "false")
         if request.config.getoption("lean_path") == "off":
-            patch.setenv(LEAN_PATH_OFF, "false")
+            for setting in LEAN_PATH_OFF:
+                patch.setenv(setting, "false")
         yield
 
 
@@ -265,7 +266,7 @@ in the background; a test that searches, ranks or reads the router's metrics kee
 
 def gateway_env(tmp_path: Path, *, plugins_dir: Path = FIXTURE_PLUGINS) -> dict[str, str]:
     """Environment for a gateway child: its own data dir and the test plugin directory (its only plugins)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_") or k == LEAN_PATH_OFF}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_") or k in LEAN_PATH_OFF}
     env.update(
         {
             "GATEWAY_DATA_DIR": str(tmp_path / "data"),

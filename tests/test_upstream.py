@@ -194,7 +194,7 @@ async def test_a_server_that_answers_method_not_found_to_optional_methods_serves
                 "completion/complete", lambda c: c.session.complete(reference, {"name": "name", "value": ""})
             )
             assert completion.completion.values == []  # "method not found" means: no suggestions
-            await partial.subscribe("memo://note")  # nothing to subscribe to, and no error
+            await partial.subscriptions.subscribe("memo://note")  # nothing to subscribe to, and no error
 
             assert partial.pid is not None
             os.kill(partial.pid, signal.SIGKILL)  # the next session lists again

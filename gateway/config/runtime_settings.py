@@ -354,6 +354,13 @@ class UpstreamSettings(BaseModel):
             "A server whose URL goes through a proxy from the environment gets `httpx` either way."
         ),
     )
+    lean_calls: bool = Field(
+        default=True,
+        description=(
+            "Forward `tools/call` to stdio and streamable-HTTP servers on the gateway's own path "
+            "(`gateway.upstreams.lean_calls`: less CPU per call); false leaves every request to the SDK's client."
+        ),
+    )
     max_message_bytes: int = Field(
         default=64 * 1024 * 1024,
         ge=64 * 1024,

@@ -183,8 +183,9 @@ class Settings(BaseSettings):
         description=(
             "Serve the hot requests of a handshake-era session (`tools/call`, `tools/list`, `resources/read`, "
             "`prompts/get`) on the gateway's own path beside the SDK's, over stdio (`gateway.serving.stdio_lean`) "
-            "and streamable HTTP (`http.lean_path`): the same answers for less CPU per call. `false`: every "
-            "request of either transport goes through the SDK (and `http.lean_path` is off with it)."
+            "and streamable HTTP (`http.lean_path`), and forward calls upstream on it (`upstreams.lean_calls`): "
+            "the same answers for less CPU per call. `false`: every request goes through the SDK, served and "
+            "forwarded (`http.lean_path` and `upstreams.lean_calls` are off with it)."
         ),
     )
     http: HttpSettings = Field(default_factory=HttpSettings)
@@ -210,9 +211,13 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _lean_path_everywhere(self) -> Settings:
-        """`lean_path: false` turns the HTTP one off too (`http.lean_path` is that transport's alone)."""
-        if not self.lean_path and self.http.lean_path:
-            self.__dict__["http"] = self.http.model_copy(update={"lean_path": False})
+        """`lean_path: false` turns every lean path off: HTTP serving's (`http.lean_path`) and the calls
+        forwarded upstream (`upstreams.lean_calls`) too, each of which can also be turned off alone."""
+        if not self.lean_path:
+            if self.http.lean_path:
+                self.__dict__["http"] = self.http.model_copy(update={"lean_path": False})
+            if self.upstreams.lean_calls:
+                self.__dict__["upstreams"] = self.upstreams.model_copy(update={"lean_calls": False})
         return self
 
     def with_config(self, config: Path) -> Settings:

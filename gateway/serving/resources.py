@@ -103,7 +103,7 @@ class ResourceHandlers:
                 "resource again when you need it, or listen with subscriptions/listen (2026-07-28 clients).",
             )
         upstream, original = self.resource(params.uri, ctx)
-        await as_protocol_error(upstream.subscribe(original), (original, params.uri))
+        await as_protocol_error(upstream.subscriptions.subscribe(original), (original, params.uri))
         connection = connection_of(ctx)
         if connection is not None:
             self.notifications.subscribe(params.uri, connection)
@@ -114,7 +114,7 @@ class ResourceHandlers:
     ) -> types.EmptyResult:
         upstream, original = self.resource(params.uri, ctx)
         if self.notifications.unsubscribe(params.uri, connection_of(ctx)):
-            await as_protocol_error(upstream.unsubscribe(original))
+            await as_protocol_error(upstream.subscriptions.unsubscribe(original))
         return types.EmptyResult()
 
     async def subscriptions_listen(
@@ -127,5 +127,5 @@ class ResourceHandlers:
         wanted = [(uri, found) for uri, found in wanted if found is None or server_visible(principal, found[0].id)]
         for _uri, found in wanted:
             if found is not None:
-                await as_protocol_error(found[0].subscribe(found[1]))
+                await as_protocol_error(found[0].subscriptions.subscribe(found[1]))
         return await self.listen(ctx, params)

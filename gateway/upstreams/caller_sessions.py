@@ -286,6 +286,7 @@ class CallerSessions:
             relay_requests=shared.relay_requests,
             http_client=shared.http_client,
             max_message_bytes=shared.max_message_bytes,
+            lean_calls=shared.lean_calls,
         )
         upstream.limiter = shared.limiter
         session = self._sessions[key] = _Session(upstream, events, anyio.current_time())

@@ -17,6 +17,8 @@ __all__ = ["CONNECTED_STATES", "LISTED_STATES", "ServerState", "Transport", "Ups
 
 ServerState = Literal["starting", "ready", "degraded", "idle", "needs_login", "failed", "disabled", "stopped"]
 """`needs_login`: an OAuth server with no usable grant, waiting (without retrying) for one to be stored."""
+MIN_SECRET_LENGTH = 4
+"""Shorter configured values are not masked: they would garble ordinary words."""
 CONNECTED_STATES = ("ready", "degraded")
 """States in which requests are sent: `degraded` is connected but failing health checks."""
 LISTED_STATES = (*CONNECTED_STATES, "idle")
@@ -72,3 +74,10 @@ class UpstreamSpec:
     @property
     def display_name(self) -> str:
         return self.name or self.id
+
+    def redact(self, text: str) -> str:
+        """`text` with every configured secret of this server replaced by `***`."""
+        for secret in self.secrets:
+            if len(secret) >= MIN_SECRET_LENGTH:
+                text = text.replace(secret, "***")
+        return text

@@ -24,6 +24,7 @@ from mcp import StdioServerParameters
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
+from gateway.upstreams.lean_calls import LeanCalls, StdioLean
 from gateway.upstreams.message_bounds import DEFAULT_MAX_MESSAGE_BYTES, SETTING, LineBuffer
 
 __all__ = ["GRACE_SECONDS", "kill_process_group", "stdio_child"]
@@ -43,10 +44,14 @@ async def stdio_child(
     errlog: TextIO,
     on_spawn: Callable[[int], None] | None = None,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    lean: LeanCalls | None = None,
 ) -> AsyncIterator[tuple[Any, Any]]:
     """Spawn `params` in a new process group and yield (read, write) streams of JSON-RPC messages.
 
-    A line on stdout over `max_message_bytes` is not kept: `gateway.upstreams.message_bounds`."""
+    A line on stdout over `max_message_bytes` is not kept: `gateway.upstreams.message_bounds`.
+    `lean`: the lean calls on this child (`gateway.upstreams.lean_calls`) take their answers out
+    of stdout before the SDK reads it, and write their requests through the same pipe."""
+    lean = lean if isinstance(lean, StdioLean) else None
     # Shielded: a cancel (the registry closing while it restarts a server) landing inside the spawn
     # would lose the process handle after the child exists, leaving a child that nothing stops.
     # Once spawned, a pending cancel is delivered inside the `try` below, whose `finally` stops it.
@@ -62,6 +67,20 @@ async def stdio_child(
         on_spawn(process.pid)
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
+    writing = anyio.Lock()
+
+    async def write(data: bytes) -> None:
+        """One whole message to stdin: the SDK's and the lean calls' writes never interleave."""
+        assert process.stdin is not None
+        async with writing:
+            await process.stdin.send(data)
+
+    def end_lean() -> None:
+        if lean is not None:
+            lean.end()
+
+    if lean is not None:
+        lean.attach(write)
 
     async def pump_stdout() -> None:
         assert process.stdout is not None
@@ -70,12 +89,15 @@ async def stdio_child(
             with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 async for chunk in process.stdout:
                     for line in lines.feed(chunk):
+                        if lean is not None and line is not None and await lean.offer(line):
+                            continue
                         if isinstance(line, dict):  # a message over the limit, dropped
                             await read_writer.send(SessionMessage(types.jsonrpc_message_adapter.validate_python(line)))
                         elif line is None:
                             await read_writer.send(ValueError(f"dropped a message over {SETTING} from stdout"))
                         elif line.strip():
                             await read_writer.send(_parse(line.decode(params.encoding, errors="replace")))
+        end_lean()
 
     async def pump_stdin() -> None:
         assert process.stdin is not None
@@ -83,7 +105,7 @@ async def stdio_child(
             with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 async for message in write_reader:
                     text = message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
-                    await process.stdin.send(text.encode(params.encoding))
+                    await write(text.encode(params.encoding))
         # The child stopped reading (or we stopped writing): end the session's reads too.
         await read_writer.aclose()
 
@@ -92,6 +114,7 @@ async def stdio_child(
         # end of file alone would never tell: poll the exit status (wait() also waits for EOF).
         while process.returncode is None:
             await anyio.sleep(EXIT_POLL_SECONDS)
+        end_lean()
         await read_writer.aclose()
 
     try:
@@ -104,6 +127,7 @@ async def stdio_child(
             finally:
                 tg.cancel_scope.cancel()
     finally:
+        end_lean()
         with anyio.CancelScope(shield=True):
             await _stop(process)
             for stream in (read_stream, write_stream, read_writer, write_reader):

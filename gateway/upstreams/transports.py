@@ -25,6 +25,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT, create_mcp_http_client
 from opentelemetry import propagate, trace
 
+from gateway.upstreams.lean_calls import HttpLean, LeanCalls, merged_reads
 from gateway.upstreams.lean_http import LeanTransport
 from gateway.upstreams.message_bounds import DEFAULT_MAX_MESSAGE_BYTES, bound_responses
 
@@ -117,12 +118,15 @@ async def http_transport(
     server: str = "",
     sse: bool = False,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    lean: LeanCalls | None = None,
 ) -> AsyncIterator[tuple[Any, Any]]:
     """Streamable HTTP, or with `sse` the legacy HTTP+SSE transport (a GET event stream, messages
     POSTed to the endpoint it names), over `upstream_http_client`, reporting statuses (`_reporting`).
     `auth`: an OAuth server's tokens; `client`, `server`: see `upstream_http_client`. A message
     over `max_message_bytes` is dropped unread (`gateway.upstreams.message_bounds`); the legacy
-    SSE transport also keeps the SDK's own 1 MiB limit on one event."""
+    SSE transport also keeps the SDK's own 1 MiB limit on one event. `lean`: streamable HTTP's
+    lean calls (`gateway.upstreams.lean_calls`) go through the same client and hand what is not
+    theirs to the SDK's read stream."""
     if sse:
 
         def factory(
@@ -139,7 +143,12 @@ async def http_transport(
     http_client = bound_responses(upstream_http_client(url, headers, auth, client, server), max_message_bytes, server)
     async with _reporting(http_client, on_status):
         async with streamable_http_client(url, http_client=http_client, max_sse_event_size=None) as streams:
-            yield streams
+            if not isinstance(lean, HttpLean):
+                yield streams
+                return
+            lean.attach(http_client)
+            async with merged_reads(streams[0], lean) as read:
+                yield read, streams[1]
 
 
 def upstream_http_client(

@@ -47,6 +47,7 @@ from gateway.upstreams.errors import (
 )
 from gateway.upstreams.health import probe
 from gateway.upstreams.in_flight import InFlight
+from gateway.upstreams.lean_calls import LeanCalls, bind, lean_channel
 from gateway.upstreams.listing import Unsupported, fetch_listing, method_not_found, unsupported_answer
 from gateway.upstreams.message_bounds import DEFAULT_MAX_MESSAGE_BYTES
 from gateway.upstreams.oauth.binding import (
@@ -85,8 +86,6 @@ RESTART_BACKOFF_BASE = 1.0
 RESTART_BACKOFF_MAX = 60.0
 """The longest wait between reconnection attempts."""
 
-MIN_SECRET_LENGTH = 4
-"""Shorter configured values are not masked: they would garble ordinary words."""
 HEALTH_TIMEOUT = 10.0
 """Seconds a health-check ping may take (at most the server's call timeout)."""
 HEALTH_MISSES = 3
@@ -125,8 +124,11 @@ class Upstream:
         listing_dir: Path | None = None,
         http_client: HttpClientKind = "lean",
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        lean_calls: bool = True,
     ) -> None:
         self.spec = spec
+        self.lean_calls = lean_calls  # `tools/call` on the gateway's own path (`gateway.upstreams.lean_calls`)
+        self._lean: LeanCalls | None = None
         self.max_message_bytes = max_message_bytes
         """Bytes of one message read from the server (`gateway.upstreams.message_bounds`)."""
         self.http_client: HttpClientKind = http_client
@@ -323,12 +325,14 @@ class Upstream:
         """Connect, list, then serve until stopped or closed. Returns whether it connected."""
         async with session as client:
             self._client = client
+            bind(client, self._lean)
             try:
                 return await self._serve_connected(client, scope, started)
             finally:
                 # Before the client closes (a stdio child's exit can take a while): a request from now on is
                 # refused as `upstream_unavailable` and retried, never sent to a client being closed.
                 self._client = None
+                bind(client, None)
 
     async def _serve_connected(self, client: Client, scope: anyio.CancelScope, started: float) -> bool:
         """Serve one connected client until stopped or closed (`_serve_client`)."""
@@ -365,13 +369,13 @@ class Upstream:
     def _make_client(self, errlog: TextIO | None) -> Client:
         spec = self.spec
         target: Any
+        self._lean = lean = lean_channel(spec, self._on_log) if self.lean_calls else None
         if spec.transport == "memory":
             target = spec.target
         elif spec.transport == "stdio":
             assert isinstance(spec.target, StdioServerParameters)
-            target = watched(
-                stdio_child(spec.target, errlog or sys.stderr, self._on_spawn, self.max_message_bytes), self._closed
-            )
+            child = stdio_child(spec.target, errlog or sys.stderr, self._on_spawn, self.max_message_bytes, lean)
+            target = watched(child, self._closed)
         else:
             assert isinstance(spec.target, str)
             http = http_transport(
@@ -383,6 +387,7 @@ class Upstream:
                 server=spec.id,
                 sse=spec.transport == "sse",
                 max_message_bytes=self.max_message_bytes,
+                lean=lean,
             )
             target = watched(http, self._closed)
         relay = relay_callbacks(partial(self.events.relay_request, self)) if self.relay_requests else {}
@@ -398,11 +403,7 @@ class Upstream:
         )
 
     def redact(self, text: str) -> str:
-        """`text` with every configured secret of this server replaced by `***`."""
-        for secret in self.spec.secrets:
-            if len(secret) >= MIN_SECRET_LENGTH:
-                text = text.replace(secret, "***")
-        return text
+        return self.spec.redact(text)
 
     def _on_spawn(self, pid: int) -> None:
         self.pid = pid
@@ -535,13 +536,6 @@ class Upstream:
         if self._client is None or self.state not in CONNECTED_STATES:
             raise unavailable_error(self)
         return self._client
-
-    async def subscribe(self, uri: str) -> None:
-        """Subscribe to updates of one resource, on whichever protocol era the server speaks."""
-        await self.subscriptions.subscribe(uri)
-
-    async def unsubscribe(self, uri: str) -> None:
-        await self.subscriptions.unsubscribe(uri)
 
     async def request(
         self, operation: str, send: Callable[[Client], Awaitable[Any]], *, timeout: float | None = None

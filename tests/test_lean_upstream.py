@@ -1,0 +1,228 @@
+"""The lean upstream path (`gateway.upstreams.lean_calls`) answers exactly as the SDK's client does.
+
+Each scenario runs twice against a fresh real server (`tests/servers/wire_server.py`: a stdio
+child, an HTTP server answering with JSON, one answering with SSE): once with
+`upstreams.lean_calls` on, once off; the outcomes (results, gateway errors, progress reports,
+cancellations the server saw) must be identical, and must be what the scenario expects.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp import Client
+from pydantic import ValidationError
+
+from gateway.config.loader import load_config
+from gateway.config.runtime_settings import UpstreamSettings
+from gateway.config.settings import Settings
+from gateway.errors import GatewayError
+from gateway.registry import Registry
+from gateway.server_specs import specs_from_config
+from gateway.upstreams.lean_calls import channel_of
+from tests.conftest import NO_EMBEDDINGS, REPO, start_gateway_http, start_script_http, stop_process, write_config
+
+pytestmark = pytest.mark.anyio
+
+WIRE = REPO / "tests" / "servers" / "wire_server.py"
+KINDS = ("stdio", "json", "sse")
+SMALLEST_BOUND = 64 * 1024
+
+Scenario = Callable[[Registry, Path], Awaitable[Any]]
+
+
+@contextmanager
+def wire_entry(kind: str, log: Path, extra: str = "") -> Iterator[str]:
+    """The YAML entry of a fresh wire server (`kind`: stdio, or HTTP answering json or sse)."""
+    if kind == "stdio":
+        args = json.dumps([str(WIRE), "stdio", "--log", str(log)])
+        yield f"  wire:\n    command: {sys.executable}\n    args: {args}\n    protocol: legacy\n{extra}"
+        return
+    process, url = start_script_http([str(WIRE), "http", "--answer", kind, "--log", str(log)])
+    try:
+        yield f"  wire:\n    url: {url}\n    protocol: legacy\n{extra}"
+    finally:
+        stop_process(process)
+
+
+@asynccontextmanager
+async def gateway(tmp_path: Path, entry: str, lean: bool) -> AsyncIterator[Registry]:
+    config = load_config(write_config(tmp_path / "gateway.yaml", "mcps:\n" + entry))
+    settings = Settings(
+        lean_path=True,  # the one switch the suite's `--lean-path off` pass sets: this test picks each path itself
+        data_dir=tmp_path / "data",
+        startup_timeout=20,
+        upstreams=UpstreamSettings(lean_calls=lean, max_message_bytes=SMALLEST_BOUND),
+    )
+    registry = Registry(specs_from_config(config), settings, relay_requests=False)
+    async with registry.running():
+        await registry.wait_settled(25)
+        client = registry.upstreams["wire"]._client
+        assert client is not None
+        assert (channel_of(client) is not None) == lean  # the path under test is the one taken
+        yield registry
+
+
+async def both(tmp_path: Path, kind: str, scenario: Scenario, extra: str = "") -> Any:
+    """`scenario`'s outcome with the lean path on, asserted equal to its outcome with it off."""
+    outcomes = []
+    for lean in (True, False):
+        run = tmp_path / ("lean" if lean else "sdk")
+        run.mkdir()
+        log = run / "wire.log"
+        with wire_entry(kind, log, extra) as entry:
+            async with gateway(run, entry, lean) as registry:
+                with anyio.fail_after(30):
+                    outcomes.append(await scenario(registry, log))
+    assert outcomes[0] == outcomes[1]
+    return outcomes[0]
+
+
+async def outcome(registry: Registry, name: str, arguments: dict[str, Any], **options: Any) -> Any:
+    """A result as JSON, or a gateway error as (class, code, message)."""
+    try:
+        result = await registry.call_tool(f"wire__{name}", arguments, **options)
+    except GatewayError as exc:
+        return type(exc).__name__, exc.code, exc.message
+    except ValidationError as exc:  # raised as the SDK raises it
+        return type(exc).__name__, "", str(exc)
+    return result.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def call(name: str, arguments: dict[str, Any] | None = None) -> Scenario:
+    async def scenario(registry: Registry, log: Path) -> Any:
+        return await outcome(registry, name, arguments or {})
+
+    return scenario
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_results_are_the_same_on_both_paths(tmp_path: Path, kind: str) -> None:
+    async def scenario(registry: Registry, log: Path) -> Any:
+        return [
+            await outcome(registry, "text", {"who": "Ada"}),
+            await outcome(registry, "structured", {"a": 2, "b": 3}),
+            await outcome(registry, "error", {}),
+            await outcome(registry, "image", {}),
+        ]
+
+    text, structured, error, image = await both(tmp_path, kind, scenario)
+    assert text["content"] == [{"type": "text", "text": "hello Ada"}] and not text["isError"]
+    assert structured["structuredContent"] == {"sum": 5}
+    assert error["isError"] is True and error["content"][0]["text"] == "it failed"
+    assert image["content"][0]["type"] == "image" and image["content"][0]["mimeType"] == "image/png"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_progress_reaches_the_calls_callback_on_both_paths(tmp_path: Path, kind: str) -> None:
+    async def scenario(registry: Registry, log: Path) -> Any:
+        reports: list[tuple[float, float | None, str | None]] = []
+
+        async def progress(value: float, total: float | None, message: str | None) -> None:
+            reports.append((value, total, message))
+
+        return await outcome(registry, "progress", {}, progress=progress), reports
+
+    result, reports = await both(tmp_path, kind, scenario)
+    assert result["content"][0]["text"] == "counted"
+    if kind != "json":  # a JSON answer has no stream to report on
+        assert reports == [(1.0, 3.0, "step 1"), (2.0, 3.0, "step 2"), (3.0, 3.0, "step 3")]
+
+
+@pytest.mark.parametrize("kind", ("stdio", "json"))  # an SSE event arriving whole is not bounded: on both paths
+async def test_a_too_large_result_is_refused_the_same_way(tmp_path: Path, kind: str) -> None:
+    async def scenario(registry: Registry, log: Path) -> Any:
+        name, code, message = await outcome(registry, "big", {"size": 2 * SMALLEST_BOUND})
+        return name, code, re.sub(r"with [\d,]+ bytes", "with N bytes", message)  # the ids differ in length
+
+    name, code, message = await both(tmp_path, kind, scenario)
+    assert (name, code) == ("ResultTooLarge", "result_too_large")
+    assert "'wire'" in message and "GATEWAY_UPSTREAMS__MAX_MESSAGE_BYTES" in message
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_malformed_result_fails_the_same_clear_way(tmp_path: Path, kind: str) -> None:
+    name, _code, message = await both(tmp_path, kind, call("malformed"))
+    assert name == "ValidationError" and "CallToolResult" in message and "content" in message
+
+
+async def _cancellations(log: Path) -> list[str]:
+    with anyio.fail_after(10):
+        while not (log.exists() and "cancelled" in log.read_text()):
+            await anyio.sleep(0.05)
+    return [line.split()[0] for line in log.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_timed_out_call_is_cancelled_upstream_on_both_paths(tmp_path: Path, kind: str) -> None:
+    async def scenario(registry: Registry, log: Path) -> Any:
+        return await outcome(registry, "slow", {"seconds": 30}), await _cancellations(log)
+
+    (name, code, message), cancelled = await both(
+        tmp_path, kind, scenario, extra="    tool_timeouts:\n      slow: 0.5\n"
+    )
+    assert name == "UpstreamTimeout" and "wire" in message
+    assert cancelled == ["cancelled"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_cancelled_call_is_cancelled_upstream_on_both_paths(tmp_path: Path, kind: str) -> None:
+    async def scenario(registry: Registry, log: Path) -> Any:
+        with anyio.move_on_after(0.5) as scope:
+            await registry.call_tool("wire__slow", {"seconds": 30})
+        assert scope.cancelled_caught
+        cancelled = await _cancellations(log)
+        return cancelled, await outcome(registry, "text", {"who": "again"})  # the connection stays usable
+
+    cancelled, after = await both(tmp_path, kind, scenario)
+    assert cancelled == ["cancelled"] and after["content"][0]["text"] == "hello again"
+
+
+@pytest.mark.parametrize("kind", ("json", "sse"))
+async def test_an_expired_http_session_is_reconnected_the_same_way(tmp_path: Path, kind: str) -> None:
+    async def scenario(registry: Registry, log: Path) -> Any:
+        first = await outcome(registry, "forget", {})
+        second = await outcome(registry, "text", {"who": "later"})
+        third = await outcome(registry, "text", {"who": "later"})  # retried until the new session, or refused
+        return first, second, third
+
+    first, _second, third = await both(tmp_path, kind, scenario, extra="    retry_tools: [text]\n")
+    assert first["content"][0]["text"] == "forgot"
+    assert third["content"][0]["text"] == "hello later"
+
+
+def _sampler(context: Any, params: types.CreateMessageRequestParams) -> Awaitable[types.CreateMessageResult]:
+    async def answer() -> types.CreateMessageResult:
+        return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="4"), model="m")
+
+    return answer()
+
+
+@pytest.mark.parametrize("kind", ("stdio", "sse"))
+async def test_a_sampling_request_during_a_call_reaches_the_client_on_both_paths(tmp_path: Path, kind: str) -> None:
+    answers = []
+    for lean in ("true", "false"):
+        run = tmp_path / lean
+        run.mkdir()
+        with wire_entry(kind, run / "wire.log") as entry:
+            config = write_config(run / "gateway.yaml", "mcps:\n" + entry)
+            lean_calls = {"GATEWAY_LEAN_PATH": "true", "GATEWAY_UPSTREAMS__LEAN_CALLS": lean}
+            process, url = start_gateway_http(config, run, NO_EMBEDDINGS | lean_calls)
+            try:
+                with anyio.fail_after(30):
+                    async with Client(url, mode="legacy", sampling_callback=_sampler) as client:
+                        result = await client.call_tool("wire__sample", {})
+                        answers.append(result.model_dump(mode="json", exclude={"meta"}))
+            finally:
+                stop_process(process)
+    assert answers[0] == answers[1]
+    assert '"text": "4"' in answers[0]["content"][0]["text"], answers[0]
