@@ -226,3 +226,13 @@ async def test_a_sampling_request_during_a_call_reaches_the_client_on_both_paths
                 stop_process(process)
     assert answers[0] == answers[1]
     assert '"text": "4"' in answers[0]["content"][0]["text"], answers[0]
+
+
+def test_the_one_lean_path_switch_turns_the_forwarding_off_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GATEWAY_LEAN_PATH", "false")
+    settings = Settings()
+    assert (settings.lean_path, settings.http.lean_path, settings.upstreams.lean_calls) == (False, False, False)
+    monkeypatch.setenv("GATEWAY_LEAN_PATH", "true")
+    monkeypatch.setenv("GATEWAY_UPSTREAMS__LEAN_CALLS", "false")  # each part can still be turned off alone
+    settings = Settings()
+    assert (settings.http.lean_path, settings.upstreams.lean_calls) == (True, False)
