@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from gateway.config.settings import Settings
 from gateway.hookspecs import RegisterServer, hookimpl
 
-from .classify import SqlRefused
+from .refused import SqlRefused
 from .database import Database, DatabaseError
 from .demo import create_demo_database
 from .generate import add_generate_sql
