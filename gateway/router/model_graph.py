@@ -175,6 +175,33 @@ class _Node:
         return head + rest
 
 
+def _wiring(nodes: dict[int, _Node]) -> tuple[dict[str, list[int]], dict[str, int]]:
+    """The nodes reading each tensor, and the node writing it."""
+    consumers: dict[str, list[int]] = {}
+    producer: dict[str, int] = {}
+    for i, node in nodes.items():
+        for name in node.inputs:
+            consumers.setdefault(name, []).append(i)
+        for name in node.outputs:
+            producer[name] = i
+    return consumers, producer
+
+
+def _dequantized(
+    name: str, reader: int, nodes: dict[int, _Node], consumers: dict[str, list[int]], producer: dict[str, int]
+) -> tuple[int, int, str, str, str] | None:
+    """If tensor `name`, read by node `reader` alone, is `Mul(Cast(q), scale)`: the Mul's and the Cast's
+    nodes, the Cast's output, q and scale."""
+    m = producer.get(name)
+    if m is None or nodes[m].op != "Mul" or len(nodes[m].inputs) != 2 or consumers.get(name) != [reader]:
+        return None
+    cast_output, scale = nodes[m].inputs
+    c = producer.get(cast_output)
+    if c is None or nodes[c].op != "Cast" or consumers.get(cast_output) != [m]:
+        return None
+    return m, c, cast_output, nodes[c].inputs[0], scale
+
+
 def _rewrite_graph(graph: bytes) -> bytes | None:
     """The graph with every dequantized table gathered before dequantizing; None if none is."""
     items = list(_fields(graph))
@@ -183,27 +210,17 @@ def _rewrite_graph(graph: bytes) -> bytes | None:
     for number, value, _ in items:
         if number == _GRAPH_INITIALIZER:
             initializers |= {v.decode() for n, v, _ in _fields(value) if n == _TENSOR_NAME}
-    consumers: dict[str, list[int]] = {}
-    producer: dict[str, int] = {}
-    for i, node in nodes.items():
-        for name in node.inputs:
-            consumers.setdefault(name, []).append(i)
-        for name in node.outputs:
-            producer[name] = i
+    consumers, producer = _wiring(nodes)
     replaced: dict[int, bytes] = {}
     removed_names: set[str] = set()
     for g, gather in nodes.items():
         if gather.op != "Gather" or len(gather.inputs) != 2:
             continue
         table, ids = gather.inputs
-        m = producer.get(table)
-        if m is None or nodes[m].op != "Mul" or len(nodes[m].inputs) != 2 or consumers.get(table) != [g]:
+        found = _dequantized(table, g, nodes, consumers, producer)
+        if found is None:
             continue
-        cast_output, scale = nodes[m].inputs
-        c = producer.get(cast_output)
-        if c is None or nodes[c].op != "Cast" or consumers.get(cast_output) != [m]:
-            continue
-        quantized = nodes[c].inputs[0]
+        m, c, cast_output, quantized, scale = found
         if quantized not in initializers or scale not in initializers:
             continue
         rows_q, rows_scale, rows_f = f"{table}_rows_q", f"{table}_rows_scale", f"{table}_rows_f"
@@ -277,13 +294,7 @@ def _matmuls_graph(graph: bytes, block: int) -> bytes | None:
         if number == _GRAPH_INITIALIZER
         for t in [_Tensor.parse(value)]
     }
-    consumers: dict[str, list[int]] = {}
-    producer: dict[str, int] = {}
-    for i, node in nodes.items():
-        for name in node.inputs:
-            consumers.setdefault(name, []).append(i)
-        for name in node.outputs:
-            producer[name] = i
+    consumers, producer = _wiring(nodes)
     replaced: dict[int, bytes] = {}
     removed_names: set[str] = set()
     added: list[_Tensor] = []
@@ -291,14 +302,11 @@ def _matmuls_graph(graph: bytes, block: int) -> bytes | None:
         if matmul.op != "MatMul" or len(matmul.inputs) != 2:
             continue
         x, weight = matmul.inputs
-        m = producer.get(weight)
-        if m is None or nodes[m].op != "Mul" or len(nodes[m].inputs) != 2 or consumers.get(weight) != [i]:
+        found = _dequantized(weight, i, nodes, consumers, producer)
+        if found is None:
             continue
-        cast_output, scale_name = nodes[m].inputs
-        c = producer.get(cast_output)
-        if c is None or nodes[c].op != "Cast" or consumers.get(cast_output) != [m]:
-            continue
-        q, scale = tensors.get(nodes[c].inputs[0]), tensors.get(scale_name)
+        m, c, cast_output, quantized, scale_name = found
+        q, scale = tensors.get(quantized), tensors.get(scale_name)
         if q is None or scale is None or consumers.get(q[1].name) != [c] or consumers.get(scale_name) != [m]:
             continue
         (qi, qt), (si, st) = q, scale
