@@ -20,6 +20,7 @@ from gateway.router import bundled_model
 from gateway.router.base import Embedder, EmbeddingCache
 from gateway.router.bundled_model import (
     ASSETS_DIR,
+    DEFAULT_EMBEDDER_ID,
     DEFAULT_MODEL_ID,
     DEFAULT_MODEL_SHA256,
     DEFAULT_MODEL_SIZE,
@@ -125,6 +126,21 @@ def test_the_direct_path_gives_the_vectors_fastembed_gives(embedder: FastEmbedEm
         embedder.direct = True
     np.testing.assert_allclose(direct_documents, via_fastembed, atol=1e-5)
     np.testing.assert_allclose(direct_query, query_via_fastembed, atol=1e-5)
+
+
+def test_int8_matmul_gives_close_vectors_under_an_id_of_their_own(data_dir: Path, embedder: FastEmbedEmbedder) -> None:
+    """GATEWAY_EMBEDDING__INT8_MATMUL: the matrix weights run on int8 kernels, vectors a little off the
+    float32 run's, so they are cached under another id and never mixed with float32 vectors."""
+    int8 = load_embedder(EmbeddingSettings(int8_matmul=True, document_workers=2), data_dir)
+    assert isinstance(int8, FastEmbedEmbedder) and int8.direct
+    assert embedder.model_id == DEFAULT_MODEL_ID
+    assert int8.model_id == DEFAULT_EMBEDDER_ID == "all-MiniLM-L6-v2-int8@8199be6f+int8-matmul-b32"
+    texts = _tool_texts(20) + ["weather", "x" * 5000]
+    exact, close = embedder.embed_documents(texts), int8.embed_documents(texts)
+    assert not np.array_equal(exact, close)
+    assert (exact * close).sum(axis=1).min() > 0.998  # 0.999 for 256 word pieces
+    # a text's vector still does not depend on its batch or on the session (documents in bulk)
+    np.testing.assert_allclose(int8.embed_query("weather"), close[-2], atol=1e-6)
 
 
 def test_fastembed_holds_no_session_or_tokenizer_of_its_own_until_it_is_run(data_dir: Path) -> None:
@@ -602,7 +618,7 @@ def test_without_a_second_session_documents_run_one_batch_at_a_time_and_a_warnin
 ) -> None:
     from gateway.router import pooling
 
-    def refuse(model_file: Path) -> None:
+    def refuse(model_file: Path, **_: object) -> None:
         raise RuntimeError(f"cannot open {model_file.name} twice here")
 
     monkeypatch.setattr(pooling, "document_session", refuse)

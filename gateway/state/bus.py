@@ -16,7 +16,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 import anyio
-import psycopg
 
 from gateway.state.database import CHANNEL, SharedDatabase, SharedStateError
 
@@ -100,6 +99,8 @@ class ChangeBus:
                 self.mark(*moved)
 
     async def _listen(self) -> None:
+        import psycopg  # with a shared database only (`gateway.state.database`)
+
         attempt = 0
         while True:
             try:

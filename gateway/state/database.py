@@ -15,11 +15,12 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
-
-import psycopg
+from typing import TYPE_CHECKING, Any
 
 from gateway.urls import redact_url
+
+if TYPE_CHECKING:  # imported where a connection is made: a gateway without PostgreSQL never loads it (~10 MB)
+    import psycopg
 
 __all__ = ["CHANNEL", "MIGRATIONS", "SharedDatabase", "SharedStateError"]
 
@@ -88,6 +89,8 @@ class SharedDatabase:
         self._lock = threading.Lock()
 
     def _connect(self) -> psycopg.Connection[Any]:
+        import psycopg
+
         if self._connection is None or self._connection.closed:
             connection = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
             try:
@@ -101,6 +104,8 @@ class SharedDatabase:
     @contextmanager
     def transaction(self) -> Iterator[psycopg.Cursor[Any]]:
         """A cursor in one transaction, under the lock; a database failure drops the connection."""
+        import psycopg
+
         with self._lock:
             try:
                 connection = self._connect()
@@ -114,6 +119,8 @@ class SharedDatabase:
     @contextmanager
     def statement(self) -> Iterator[psycopg.Cursor[Any]]:
         """A cursor for one statement, atomic on its own (autocommit: no BEGIN and COMMIT round trips)."""
+        import psycopg
+
         with self._lock:
             try:
                 yield self._connect().cursor()
@@ -158,6 +165,8 @@ class SharedDatabase:
             self._drop()
 
     def _drop(self) -> None:
+        import psycopg
+
         if self._connection is not None:
             try:
                 self._connection.close()

@@ -23,12 +23,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from gateway.config.settings import Settings
 from gateway.hookspecs import RegisterServer, hookimpl
 
-from .classify import SqlRefused
 from .database import Database, DatabaseError
 from .demo import create_demo_database
 from .generate import add_generate_sql
 from .postgres_db import PostgresDatabase
 from .records import RecordsInvalid
+from .refused import SqlRefused
 from .results import ExecuteResult, InsertResult
 from .schema import Schema, SchemaFormat, render_schema
 from .service import Limits, SqlRefusal, SqlService

@@ -31,6 +31,8 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
+from .refused import SqlRefused
+
 __all__ = [
     "QUERY_PRAGMAS",
     "SAFE_PRAGMAS",
@@ -89,10 +91,6 @@ _TRANSACTION_WORDS = {"BEGIN", "COMMIT", "END", "ROLLBACK", "SAVEPOINT", "RELEAS
 
 # sqlglot logs a warning when it falls back to an opaque `Command`; the plugin reports that itself.
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
-
-
-class SqlRefused(ValueError):
-    """The input cannot be parsed, or the policy above refuses it; the message says which and why."""
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ from mcp.server.mcpserver import Context, MCPServer, Resolve, Sample
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
-from .classify import SqlRefused
 from .database import DatabaseError
+from .refused import SqlRefused
 from .results import GeneratedSql, pipe_table
 from .schema import render_schema
 from .service import SqlService

@@ -14,17 +14,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.sizes import surrogate_refusal
 
-from .classify import Classified, classify
 from .database import Database
 from .interrupt import run_interruptible
 from .records import find_table, prepare_records
 from .results import ExecuteResult, InsertResult, StatementEffect, pipe_table, result_set
 from .schema import Schema
 from .tokens import SharedTokenStore, TokenStore
+
+if TYPE_CHECKING:
+    from .classify import Classified
 
 __all__ = ["Limits", "SqlRefusal", "SqlService"]
 
@@ -103,6 +105,8 @@ class SqlService:
         return "PostgreSQL" if self.database.backend == "postgresql" else "SQLite"
 
     def classify(self, sql: str) -> Classified:
+        from .classify import classify  # sqlglot loads with the first statement, not with the gateway
+
         return classify(sql, self.database.backend)
 
     # --- schema -----------------------------------------------------------------------------
