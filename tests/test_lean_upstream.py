@@ -138,7 +138,7 @@ async def test_progress_reaches_the_calls_callback_on_both_paths(tmp_path: Path,
         assert reports == [(1.0, 3.0, "step 1"), (2.0, 3.0, "step 2"), (3.0, 3.0, "step 3")]
 
 
-@pytest.mark.parametrize("kind", ("stdio", "json"))  # an SSE event arriving whole is not bounded: on both paths
+@pytest.mark.parametrize("kind", KINDS)
 async def test_a_too_large_result_is_refused_the_same_way(tmp_path: Path, kind: str) -> None:
     async def scenario(registry: Registry, log: Path) -> Any:
         name, code, message = await outcome(registry, "big", {"size": 2 * SMALLEST_BOUND})

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx2
@@ -234,25 +234,43 @@ class BoundedStream(httpx2.AsyncByteStream):
                 del pending[:first]
                 skipping, searched = False, 0
             end = _boundary(pending, searched, last=True)
-            if end >= 0:
+            if end > self._limit:  # whole events, one of them maybe over the limit: each is measured
+                for event in _split_events(bytes(pending[:end])):
+                    yield event if len(event) <= self._limit else self._refused_event(event, len(event), True)
+                del pending[:end]
+            elif end >= 0:  # whole events, none of them over the limit
                 yield bytes(pending[:end])
                 del pending[:end]
             if len(pending) > self._limit:
-                data = bytes(pending[:EDGE]).partition(b"data:")[2].lstrip(b" ")
-                request_id = message_id(data) if data else None
-                if request_id is None:
-                    request_id = self._request_id()
-                yield b"event: message\ndata: " + self._refusal(len(pending), False, request_id) + b"\n\n"
+                yield self._refused_event(pending, len(pending), False)
                 skipping = True
                 del pending[:-3]
         if pending and not skipping:
             yield bytes(pending)
 
+    def _refused_event(self, event: bytes | bytearray, size: int, exact: bool) -> bytes:
+        """The error event that stands for an event over the limit, answering the request it named."""
+        data = bytes(event[:EDGE]).partition(b"data:")[2].lstrip(b" ")
+        request_id = message_id(data) if data else None
+        if request_id is None:
+            request_id = self._request_id()
+        return b"event: message\ndata: " + self._refusal(size, exact, request_id) + b"\n\n"
+
     async def aclose(self) -> None:
         await self._inner.aclose()
 
 
-def _boundary(buffer: bytearray, start: int, last: bool) -> int:
+def _split_events(events: bytes) -> Iterator[bytes]:
+    """Whole SSE events, each with its boundary, from bytes that end at a boundary."""
+    start = 0
+    while start < len(events):
+        end = _boundary(events, start, last=False)
+        end = len(events) if end < 0 else end
+        yield events[start:end]
+        start = end
+
+
+def _boundary(buffer: bytes | bytearray, start: int, last: bool) -> int:
     """The index just past the first (or `last`) SSE event boundary at or after `start`, or -1."""
     if last:
         ends = [found + len(mark) for mark in _SSE_BOUNDARIES if (found := buffer.rfind(mark, start)) >= 0]
