@@ -54,6 +54,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 
+from gateway.upstreams.oauth.binding import NeedsLogin, TokenEndpointDown
+
 __all__ = ["HttpLean", "LeanCalls", "StdioLean", "bind", "call_tool", "merged_reads"]
 
 logger = logging.getLogger(__name__)
@@ -243,6 +245,10 @@ class HttpLean(LeanCalls):
             logger.debug("server at %s: the lean POST failed", self.url, exc_info=True)
             self.broken = True
             raise _closed() from exc
+        except (NeedsLogin, TokenEndpointDown) as exc:
+            # The OAuth flow refused before the request went out. The SDK's request ends "connection
+            # closed" then; the same error lets `Upstream._send` name the login or the token endpoint.
+            raise MCPError(types.CONNECTION_CLOSED, str(exc)) from None
 
     async def _answer(self, response: httpx2.Response, request_id: str, progress: Any) -> Any:
         """The result of the POST's answer, as the SDK's transport would resolve it."""

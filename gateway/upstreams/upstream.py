@@ -621,7 +621,10 @@ class Upstream:
             self._closed.set()
             raise refusal
         down = token_endpoint_error(self.id, self._auth, operation)
-        if down is not None:  # the session is still good: the next request refreshes again
+        if down is not None:
+            # The SDK's transport dies of a failed refresh; the lean path's does not, so close either
+            # way: the connection is re-made, its attempts naming the token endpoint until it answers.
+            self._closed.set()
             raise down
 
 
