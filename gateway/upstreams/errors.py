@@ -38,6 +38,9 @@ def failure_reason(
     `refused_status`: the 401/403 with which the server refused the gateway's credentials, if it
     did; `command`: a stdio server's command, which a missing file may be explained by."""
     reason = describe(exc)
+    leaf = _leaf(exc)
+    if isinstance(leaf, FileNotFoundError) and leaf.filename is None and command:
+        reason += f": {command!r}"  # uvloop's spawn does not name the file asyncio's names
     if refused_status is not None:
         reason = f"the server refused the gateway's credentials (HTTP {refused_status}); {reason}"
     elif http_status is not None and http_status >= 400:
@@ -46,7 +49,7 @@ def failure_reason(
         reason += f"; the server sent something that is not MCP: {transport_error}"
     if last_stderr_line and not server_answered(exc):  # a server's own error needs no stderr to explain it
         reason += f"; its last stderr line: {last_stderr_line}"
-    if isinstance(exc, FileNotFoundError) and " " in command:
+    if isinstance(leaf, FileNotFoundError) and " " in command:
         reason += " (the command contains spaces: put its arguments in `args`)"
     return reason
 
@@ -158,10 +161,16 @@ def server_answered(exc: BaseException) -> bool:
     return isinstance(exc, MCPError) and exc.code not in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT)
 
 
-def describe(exc: BaseException) -> str:
-    """A one-line reason, unwrapping exception groups to their first leaf."""
+def _leaf(exc: BaseException) -> BaseException:
+    """The first leaf of exception groups."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
+    return exc
+
+
+def describe(exc: BaseException) -> str:
+    """A one-line reason, unwrapping exception groups to their first leaf."""
+    exc = _leaf(exc)
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     name = type(exc).__name__
     return f"{name}: {text}" if text else name
