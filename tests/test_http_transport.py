@@ -287,8 +287,9 @@ def _open_fds(pid: int) -> int:
 
 
 SERVER_STACKS = [
-    pytest.param({}, id="default"),  # httptools on uvloop, as installed
-    pytest.param({"GATEWAY_HTTP__PARSER": "h11", "GATEWAY_HTTP__EVENT_LOOP": "asyncio"}, id="h11-asyncio"),
+    pytest.param({}, id="default"),  # httptools on asyncio
+    pytest.param({"GATEWAY_HTTP__EVENT_LOOP": "uvloop"}, id="httptools-uvloop"),
+    pytest.param({"GATEWAY_HTTP__PARSER": "h11"}, id="h11-asyncio"),
 ]
 """The HTTP server's parser and event loop (`http.parser`, `http.event_loop`): the connection guard
 (`gateway.serving.connections`) subclasses either parser's protocol."""
@@ -297,8 +298,9 @@ SERVER_STACKS = [
 def test_the_parser_and_loop_settings_choose_uvicorns_protocol_and_anyios_loop() -> None:
     assert parser_protocol("auto") is HttpToolsProtocol and parser_protocol("httptools") is HttpToolsProtocol
     assert parser_protocol("h11") is H11Protocol
-    assert loop_options(Settings(), "http") == {"use_uvloop": True}  # auto: installed here
-    assert loop_options(Settings(http=HttpSettings(event_loop="asyncio")), "http") == {}
+    assert loop_options(Settings(), "http") == {}  # asyncio unless asked
+    assert loop_options(Settings(http=HttpSettings(event_loop="auto")), "http") == {"use_uvloop": True}  # installed
+    assert loop_options(Settings(http=HttpSettings(event_loop="uvloop")), "http") == {"use_uvloop": True}
     assert loop_options(Settings(http=HttpSettings(event_loop="uvloop")), "stdio") == {}  # stdio: asyncio
 
 

@@ -146,11 +146,12 @@ class HttpSettings(BaseModel):
         ),
     )
     event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
-        default="auto",
+        default="asyncio",
         description=(
-            "The event loop of `serve --transport http`: `uvloop` (libuv; less CPU per call), `asyncio` (the "
-            "standard library's), or `auto`: uvloop where it is installed (a dependency except on Windows). "
-            "stdio serving always runs on asyncio."
+            "The event loop of `serve --transport http`: `asyncio` (the standard library's), `uvloop` (libuv; "
+            "less CPU per call), or `auto`: uvloop where it is installed (a dependency except on Windows). Not "
+            "uvloop by default: on SIGTERM its gateway does not refuse new connections promptly while calls in "
+            "flight finish (they wait, then are reset). stdio serving always runs on asyncio."
         ),
     )
     drain_seconds: float = Field(

@@ -357,10 +357,17 @@ class _Uvicorn(uvicorn.Server):
         yield
 
 
-def _stop_listening(server: uvicorn.Server) -> None:
-    """Accept no new connections (uvicorn's own shutdown closes its servers again, harmlessly)."""
+def _stop_listening(server: uvicorn.Server, sock: socket.socket) -> None:
+    """Accept no new connections (uvicorn's own shutdown closes its servers again, harmlessly).
+
+    The bound socket is shut down too: uvloop serves on a duplicate of it (and children may hold
+    another), so closing its server alone leaves the kernel's socket listening, and new connections
+    would wait in its backlog to be reset instead of being refused."""
     for listening in server.servers:
         listening.close()
+    with contextlib.suppress(OSError):  # already closed, or never listening
+        sock.shutdown(socket.SHUT_RDWR)
+    sock.close()
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -422,7 +429,7 @@ async def serve_http(
         await drain.drain(
             notice=settings.http.drain_notice_seconds,
             timeout=settings.http.drain_seconds,
-            stop_listening=partial(_stop_listening, server),
+            stop_listening=partial(_stop_listening, server, sock),
         )
         close_console(gateway)  # open live tails end, so uvicorn's graceful shutdown does not wait for them
         server.should_exit = True
