@@ -256,6 +256,19 @@ def write_config(path: Path, body: str) -> Path:
     return path
 
 
+def demo_child_config(folder: Path) -> Path:
+    """`folder/gateway.yaml` with one upstream: the demo server as a stdio child named `demo`."""
+    return write_config(
+        folder / "gateway.yaml",
+        f"""
+        mcps:
+          demo:
+            command: {sys.executable}
+            args: ["{DEMO_SERVER}", stdio, --name, demo]
+        """,
+    )
+
+
 NO_EMBEDDINGS = {"GATEWAY_EMBEDDING__ENABLED": "false"}
 """Extra environment for a gateway child whose test ranks no tools: the router uses BM25 alone.
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +28,7 @@ from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher, _InFlight
 
 from gateway.records.model import FEEDBACK_TOKEN_META_KEY
 from gateway.serving.lean_path import HOT_METHODS
-from tests.conftest import DEMO_SERVER, NO_EMBEDDINGS, start_gateway_http, stop_process, write_config
+from tests.conftest import NO_EMBEDDINGS, demo_child_config, start_gateway_http, stop_process
 
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 VERSION = "2025-06-18"
@@ -37,15 +36,7 @@ ENV = NO_EMBEDDINGS | {"GATEWAY_ROUTING__MODE": "all"}
 
 
 def _start(folder: Path, env: dict[str, str]) -> tuple[Any, str, Path]:
-    config = write_config(
-        folder / "gateway.yaml",
-        f"""
-        mcps:
-          demo:
-            command: {sys.executable}
-            args: ["{DEMO_SERVER}", stdio, --name, demo]
-        """,
-    )
+    config = demo_child_config(folder)
     log = folder / "gateway.log"
     process, url = start_gateway_http(config, folder, ENV | env, log)
     return process, url, log

@@ -34,24 +34,12 @@ from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher, _InFlight, _JSONRPC
 
 from gateway.records.model import FEEDBACK_TOKEN_META_KEY
 from gateway.serving.hot_requests import HOT_METHODS
-from tests.conftest import DEMO_SERVER, NO_EMBEDDINGS, REPO, gateway_env, stop_process, write_config
+from tests.conftest import NO_EMBEDDINGS, REPO, demo_child_config, gateway_env, stop_process
 
 VERSION = "2025-06-18"
 ENV = NO_EMBEDDINGS | {"GATEWAY_ROUTING__MODE": "all"}
 PATHS = {"lean": {"GATEWAY_LEAN_PATH": "true", "GATEWAY_LOG_LEVEL": "DEBUG"}, "sdk": {"GATEWAY_LEAN_PATH": "false"}}
 """Each gateway's own settings (the lean one turned on even under `pytest --lean-path off`)."""
-
-
-def _config(folder: Path) -> Path:
-    return write_config(
-        folder / "gateway.yaml",
-        f"""
-        mcps:
-          demo:
-            command: {sys.executable}
-            args: ["{DEMO_SERVER}", stdio, --name, demo]
-        """,
-    )
 
 
 def _command(config: Path) -> list[str]:
@@ -65,7 +53,7 @@ class LineClient:
         self.log = folder / "stderr.log"
         self._log = self.log.open("w")
         self.process = subprocess.Popen(
-            _command(_config(folder)),
+            _command(demo_child_config(folder)),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,
@@ -351,7 +339,7 @@ def test_stdin_closing_cancels_the_calls_in_flight(path: str, tmp_path: Path) ->
 
 @pytest.mark.anyio
 async def test_the_sdks_client_calls_through_the_lean_path_with_progress_and_elicitation(tmp_path: Path) -> None:
-    config = _config(tmp_path)
+    config = demo_child_config(tmp_path)
     env = gateway_env(tmp_path) | ENV | PATHS["lean"]
     params = StdioServerParameters(command=sys.executable, args=_command(config)[1:], env=env, cwd=str(REPO))
     progress: list[float] = []
