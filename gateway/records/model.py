@@ -7,10 +7,14 @@ response summary and its size cost nothing on the call itself.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import mcp_types as types
+
+if TYPE_CHECKING:
+    from gateway.records.rows import ResultDigest
 
 __all__ = [
     "EXECUTION_ID_NOTE",
@@ -52,7 +56,7 @@ class PendingExecution:
     search_id: str | None
     result: types.CallToolResult | None = None
     error: BaseException | None = None
-    attempt_errors: list[tuple[int, BaseException]] = field(default_factory=list)
+    attempt_errors: Sequence[tuple[int, BaseException]] = field(default_factory=list)
     """Errors of attempts that failed before the final outcome (retried ones), with their attempt number."""
     stored_arguments: str | None = None
     """What to store instead of `arguments`, made on the call path: a refused call's summary."""
@@ -60,6 +64,8 @@ class PendingExecution:
     """The call's OpenTelemetry trace id (32 hex digits) when tracing is on."""
     parent_id: str | None = None
     """The execution this call was made from (a code-mode program's run), None for a client's own call."""
+    digest: ResultDigest | None = None
+    """What the rows need of `result`, which the writer's buffer holds instead of it (`Records.submit_execution`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -110,6 +110,7 @@ class CallRecorder:
                 record.error = error
             raise
         finally:
+            call.send = send  # the wrapper refers to `call`: a cycle per call, left to the garbage collector
             try:
                 if not refused:
                     record.latency_ms = (time.perf_counter() - started) * 1000
