@@ -6,7 +6,6 @@ hold in the writer's buffer as it is (`Records`) is turned into rows on the call
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -15,8 +14,8 @@ import mcp_types as types
 from pydantic_core import PydanticSerializationError
 
 from gateway.errors import ERROR_META_KEY, GatewayError, UpstreamTimeout
-from gateway.records.cut import cut_text, shrink, storable
-from gateway.records.model import FailureRow, PendingExecution, Status
+from gateway.records.cut import cut_text, storable
+from gateway.records.model import FailureRow, PendingExecution, ResultDigest, Status
 from gateway.records.redaction import Redactor
 from gateway.sizes import json_bytes
 
@@ -65,35 +64,6 @@ def _error_code(result: types.CallToolResult) -> str | None:
     made = (result.meta or {}).get(ERROR_META_KEY)
     code = made.get("code") if isinstance(made, dict) else None
     return code if isinstance(code, str) else TOOL_ERROR
-
-
-@dataclass(slots=True)
-class ResultDigest:
-    """What the rows need of a call's result, taken on the call path (`digest`) so that the writer's buffer
-    holds a few strings instead of the result's objects: a buffered result is a dozen objects the garbage
-    collector walks again and again until the flush (most of what records cost a call, measured).
-    The texts are kept unmasked and uncut: masking and cutting stay on the writer's thread."""
-
-    parts: tuple[str, ...]
-    """The summary's texts as `summarize` takes them (other blocks as placeholders), unmasked."""
-    last_chars: int | None
-    """The last part is masked, then sliced to this many characters (None: taken whole)."""
-    structured: Any
-    """The structured content, when the result has no blocks to summarize (else None)."""
-    size: int
-    """The result's size as JSON (`_result_bytes`)."""
-    error_code: str | None
-    """None: not an error result; else its code (`_error_code`)."""
-
-    def summary(self, limit: int, mask: Mask) -> str:
-        """`summarize`'s text for the result this digests."""
-        parts = list(self.parts)
-        if self.last_chars is not None:
-            parts[-1] = mask(parts[-1])[: self.last_chars]  # masked before the slice: it cannot split a secret
-        if not parts and self.structured is not None:
-            shrunk, _ = shrink(self.structured, limit + 1, lambda key: False, mask)
-            parts.append(json.dumps(shrunk, ensure_ascii=False, separators=(",", ":"), default=str))
-        return cut_text("\n".join(parts), limit, mask)
 
 
 def digest(result: types.CallToolResult, limit: int) -> ResultDigest:
