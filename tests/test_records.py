@@ -753,3 +753,15 @@ def test_a_database_url_that_is_not_postgresql_is_refused_clearly(tmp_path: Path
     with pytest.raises(ValueError, match=r"must be a postgresql:// URL .* got mysql:") as refused:
         open_store(bypassing)
     assert "secret" not in str(refused.value)
+
+
+def test_execution_ids_are_random_uuid4s_as_uuid4_hex_makes_them() -> None:
+    import uuid
+
+    from gateway.records.recorder import new_execution_id
+
+    ids = [new_execution_id() for _ in range(1000)]  # across the random pool's refills (256 ids each)
+    assert len(set(ids)) == len(ids)
+    for made in ids:
+        parsed = uuid.UUID(hex=made)
+        assert (parsed.hex, parsed.version, parsed.variant) == (made, 4, uuid.RFC_4122)
