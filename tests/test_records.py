@@ -138,6 +138,26 @@ class RefusingStore(SqliteStore):
         super().write(batch)
 
 
+def pending_call(
+    number: int, arguments: dict[str, Any], result: types.CallToolResult, parent_id: str | None = None
+) -> PendingExecution:
+    """A call of `s__t` as the recorder hands it over, its id made of `number`."""
+    return PendingExecution(
+        id=f"{number:032x}",
+        at=1.0,
+        server="s",
+        tool="s__t",
+        session_id=None,
+        client_id=None,
+        arguments=arguments,
+        latency_ms=1.0,
+        attempts=1,
+        search_id=None,
+        result=result,
+        parent_id=parent_id,
+    )
+
+
 class RefusingCallStore(SqliteStore):
     """A real SQLite store that refuses any batch holding a call whose arguments name 'refuse me'."""
 
@@ -151,22 +171,7 @@ def test_a_call_the_store_refuses_is_stored_as_its_summary_with_its_status_and_p
     records = Records(records_settings(batch_size=100), RefusingCallStore(tmp_path / "r.sqlite3"))
     for i, text in enumerate(["fine", "refuse me", "fine too"]):
         result = types.CallToolResult(content=[types.TextContent(type="text", text=f"said {text}")], is_error=i == 1)
-        records.submit_execution(
-            PendingExecution(
-                id=f"{i:032x}",
-                at=1.0,
-                server="s",
-                tool="s__t",
-                session_id=None,
-                client_id=None,
-                arguments={"text": text},
-                latency_ms=1.0,
-                attempts=1,
-                search_id=None,
-                result=result,
-                parent_id="p" * 32,
-            )
-        )
+        records.submit_execution(pending_call(i, {"text": text}, result, parent_id="p" * 32))
     records.writer.flush()
     assert (records.writer.written, records.writer.summarized, records.writer.dropped) == (2, 1, 0)
     names, rows = SqliteStore(tmp_path / "r.sqlite3").rows("executions")
@@ -492,21 +497,7 @@ def test_the_writer_bound_in_bytes_drops_and_counts_and_holds_large_calls_as_cut
     huge = "x" * 4_000_000
     result = types.CallToolResult(content=[types.TextContent(type="text", text=huge)])
     for i in range(10):
-        records.submit_execution(
-            PendingExecution(
-                id=f"{i:032x}",
-                at=1.0,
-                server="s",
-                tool="s__t",
-                session_id=None,
-                client_id=None,
-                arguments={"text": huge},
-                latency_ms=1.0,
-                attempts=1,
-                search_id=None,
-                result=result,
-            )
-        )
+        records.submit_execution(pending_call(i, {"text": huge}, result))
     kept = writer.pending
     assert 2 <= kept < 10 and writer.dropped == 10 - kept  # each held as its cut rows, about 33 kB
     assert writer.pending_bytes <= 128 * 1024

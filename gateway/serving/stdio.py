@@ -128,18 +128,8 @@ class Outbox:
     def _write_now(self) -> None:
         """The turn's lines, in one write; the rest, if the pipe is full, to `flush`."""
         self._scheduled = False
-        if self._draining or self.broken or not self._backlog:
+        if self._draining or self.broken or not self._backlog or not self._write_some():
             return
-        try:
-            written = os.write(self._wire, self._backlog)
-        except BlockingIOError:
-            written = 0
-        except OSError:
-            self._break()
-            return
-        del self._backlog[:written]
-        if len(self._backlog) <= BACKLOG_LIMIT:
-            self._room.set()
         if self._backlog:
             self._draining = True
             self._pending.set()
@@ -163,19 +153,25 @@ class Outbox:
             try:
                 while self._backlog:
                     await anyio.wait_writable(self._wire)
-                    try:
-                        written = os.write(self._wire, self._backlog)
-                    except BlockingIOError:
-                        continue
-                    except OSError:
-                        self._break()
+                    if not self._write_some():
                         return
-                    del self._backlog[:written]
-                    if len(self._backlog) <= BACKLOG_LIMIT:
-                        self._room.set()
             finally:
                 self._draining = False
             self._empty.set()
+
+    def _write_some(self) -> bool:
+        """Write what the pipe takes of the backlog now; False when the pipe broke."""
+        try:
+            written = os.write(self._wire, self._backlog)
+        except BlockingIOError:
+            return True
+        except OSError:
+            self._break()
+            return False
+        del self._backlog[:written]
+        if len(self._backlog) <= BACKLOG_LIMIT:
+            self._room.set()
+        return True
 
     def _break(self) -> None:
         self.broken = True
