@@ -26,8 +26,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,20 +77,12 @@ class Relay:
         """Rewrites of a question before the client sees it (`(upstream_id, request) -> request`):
         the task proxy's own task ids (`gateway.serving.tasks`)."""
 
-    @contextmanager
     def scope(
         self, upstream_id: str, ctx: ServerRequestContext[Any, Any], exchange: Exchange | None = None
-    ) -> Iterator[RelayScope]:
-        """Mark a downstream request as in flight on `upstream_id` for the duration of the block."""
-        scope = RelayScope(upstream_id, ctx, exchange)
-        stack = self._in_flight.setdefault(upstream_id, [])
-        stack.append(scope)
-        token = _current_scope.set(scope)
-        try:
-            yield scope
-        finally:
-            _current_scope.reset(token)
-            stack.remove(scope)
+    ) -> _InFlight:
+        """Mark a downstream request as in flight on `upstream_id` for the duration of the block
+        (`with relay.scope(...) as scope:`)."""
+        return _InFlight(self._in_flight.setdefault(upstream_id, []), RelayScope(upstream_id, ctx, exchange))
 
     def find(self, upstream_id: str) -> RelayScope | None:
         """The downstream request an upstream's message belongs to, or None if unknown.
@@ -156,6 +147,26 @@ class Relay:
             )
         except MCPError as exc:
             return exc.error
+
+
+class _InFlight:
+    """`Relay.scope`'s block: a class, not a generator context manager (entered on every proxied request)."""
+
+    __slots__ = ("scope", "stack", "token")
+
+    def __init__(self, stack: list[RelayScope], scope: RelayScope) -> None:
+        self.stack, self.scope = stack, scope
+        self.token: contextvars.Token[RelayScope | None] | None = None
+
+    def __enter__(self) -> RelayScope:
+        self.stack.append(self.scope)
+        self.token = _current_scope.set(self.scope)
+        return self.scope
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.token is not None:
+            _current_scope.reset(self.token)
+        self.stack.remove(self.scope)
 
 
 def connection_of(ctx: ServerRequestContext[Any, Any]) -> Any:

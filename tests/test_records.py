@@ -138,6 +138,51 @@ class RefusingStore(SqliteStore):
         super().write(batch)
 
 
+def pending_call(
+    number: int, arguments: dict[str, Any], result: types.CallToolResult, parent_id: str | None = None
+) -> PendingExecution:
+    """A call of `s__t` as the recorder hands it over, its id made of `number`."""
+    return PendingExecution(
+        id=f"{number:032x}",
+        at=1.0,
+        server="s",
+        tool="s__t",
+        session_id=None,
+        client_id=None,
+        arguments=arguments,
+        latency_ms=1.0,
+        attempts=1,
+        search_id=None,
+        result=result,
+        parent_id=parent_id,
+    )
+
+
+class RefusingCallStore(SqliteStore):
+    """A real SQLite store that refuses any batch holding a call whose arguments name 'refuse me'."""
+
+    def write(self, batch: Any) -> None:
+        if any(row[6] is not None and "refuse me" in row[6] for row in batch.executions):
+            raise ValueError("arguments the test refuses")
+        super().write(batch)
+
+
+def test_a_call_the_store_refuses_is_stored_as_its_summary_with_its_status_and_parent(tmp_path: Path) -> None:
+    records = Records(records_settings(batch_size=100), RefusingCallStore(tmp_path / "r.sqlite3"))
+    for i, text in enumerate(["fine", "refuse me", "fine too"]):
+        result = types.CallToolResult(content=[types.TextContent(type="text", text=f"said {text}")], is_error=i == 1)
+        records.submit_execution(pending_call(i, {"text": text}, result, parent_id="p" * 32))
+    records.writer.flush()
+    assert (records.writer.written, records.writer.summarized, records.writer.dropped) == (2, 1, 0)
+    names, rows = SqliteStore(tmp_path / "r.sqlite3").rows("executions")
+    by_id = {row[names.index("id")]: dict(zip(names, row, strict=True)) for row in rows}
+    refused = by_id[f"{1:032x}"]
+    assert refused["response_summary"].startswith("[not stored: ValueError: arguments the test refuses")
+    assert (refused["arguments"], refused["status"], refused["error_code"]) == (None, "error", "tool_error")
+    assert refused["parent_id"] == "p" * 32
+    assert by_id[f"{2:032x}"]["response_summary"] == "said fine too"
+
+
 async def test_every_call_is_recorded_with_its_status_error_code_and_attempts(tmp_path: Path) -> None:
     async with recorded_gateway(tmp_path) as gw, Client(gw.server) as client:
         ok = await client.call_tool("mem__add", {"a": 2, "b": 3})
@@ -452,21 +497,7 @@ def test_the_writer_bound_in_bytes_drops_and_counts_and_holds_large_calls_as_cut
     huge = "x" * 4_000_000
     result = types.CallToolResult(content=[types.TextContent(type="text", text=huge)])
     for i in range(10):
-        records.submit_execution(
-            PendingExecution(
-                id=f"{i:032x}",
-                at=1.0,
-                server="s",
-                tool="s__t",
-                session_id=None,
-                client_id=None,
-                arguments={"text": huge},
-                latency_ms=1.0,
-                attempts=1,
-                search_id=None,
-                result=result,
-            )
-        )
+        records.submit_execution(pending_call(i, {"text": huge}, result))
     kept = writer.pending
     assert 2 <= kept < 10 and writer.dropped == 10 - kept  # each held as its cut rows, about 33 kB
     assert writer.pending_bytes <= 128 * 1024
@@ -713,3 +744,15 @@ def test_a_database_url_that_is_not_postgresql_is_refused_clearly(tmp_path: Path
     with pytest.raises(ValueError, match=r"must be a postgresql:// URL .* got mysql:") as refused:
         open_store(bypassing)
     assert "secret" not in str(refused.value)
+
+
+def test_execution_ids_are_random_uuid4s_as_uuid4_hex_makes_them() -> None:
+    import uuid
+
+    from gateway.records.recorder import new_execution_id
+
+    ids = [new_execution_id() for _ in range(1000)]  # across the random pool's refills (256 ids each)
+    assert len(set(ids)) == len(ids)
+    for made in ids:
+        parsed = uuid.UUID(hex=made)
+        assert (parsed.hex, parsed.version, parsed.variant) == (made, 4, uuid.RFC_4122)

@@ -514,3 +514,28 @@ def test_tracing_without_the_otel_extra_names_the_extra_to_install(tmp_path: Pat
     assert done.returncode == 0, done.stderr
     assert "GATEWAY_TRACING__ENABLED is true" in done.stdout
     assert "pip install 'mcp-gateway[otel]'" in done.stdout
+
+
+async def test_with_tracing_off_the_sdks_request_span_runs_only_for_a_request_carrying_a_trace() -> None:
+    """In process (no tracer provider): the SDK's middleware, wrapped, still makes a client's `traceparent`
+    current (JSON logs and upstream requests carry it); a request without one skips it."""
+    from mcp.server.lowlevel.server import Server
+
+    from gateway.observability.tracing import RequestSpans, current_ids, skip_idle_request_spans
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        ids = current_ids()
+        return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(ids))])
+
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[types.Tool(name="t", input_schema={"type": "object"})])
+
+    server = Server("traced", on_call_tool=call_tool, on_list_tools=list_tools)
+    skip_idle_request_spans(server.middleware)
+    assert [type(layer) for layer in server.middleware] == [RequestSpans]
+    async with Client(server) as client:
+        meta = {"traceparent": traceparent(CLIENT_TRACE, CLIENT_SPAN)}
+        traced = json.loads(text_of(await client.call_tool("t", {}, meta=meta)))
+        untraced = json.loads(text_of(await client.call_tool("t", {})))
+    assert traced == [CLIENT_TRACE, CLIENT_SPAN]
+    assert untraced is None

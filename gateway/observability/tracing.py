@@ -43,6 +43,7 @@ from gateway.version import installed_version
 __all__ = [
     "OTEL_EXTRA_HINT",
     "Tracing",
+    "RequestSpans",
     "TraceContextMiddleware",
     "TracingUnavailable",
     "annotate",
@@ -53,6 +54,7 @@ __all__ = [
     "enabled",
     "mark_failed",
     "record_span",
+    "skip_idle_request_spans",
     "span",
     "start_root",
     "start_tracing",
@@ -295,6 +297,41 @@ def start_root(name: str, attributes: Mapping[str, Any] | None = None) -> contex
     if _tracer is None or trace.get_current_span().get_span_context().is_valid:
         return _OFF
     return _span(_tracer, name, attributes)
+
+
+# ---- the SDK's request spans ------------------------------------------------------------------
+
+
+class RequestSpans:
+    """The SDK's `OpenTelemetryMiddleware` (a SERVER span around every request the gateway serves), run only
+    when it can make a difference: a tracer provider is installed (ours or anyone's), or the request's
+    `_meta` carries a `traceparent`, whose context the SDK's middleware makes current even with no
+    provider (JSON log lines then carry the client's trace id). Otherwise it would only extract nothing,
+    start a span that is no span and attach it: a few percent of a proxied call's CPU, for nothing."""
+
+    __slots__ = ("sdk",)
+
+    def __init__(self, sdk: Any) -> None:
+        self.sdk = sdk
+
+    async def __call__(self, ctx: Any, call_next: Any) -> Any:
+        meta = ctx.meta
+        if (
+            _tracer is None
+            and not (meta and "traceparent" in meta)
+            and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+        ):
+            return await call_next(ctx)
+        return await self.sdk(ctx, call_next)
+
+
+def skip_idle_request_spans(middleware: list[Any]) -> None:
+    """Wrap the SDK's `OpenTelemetryMiddleware` in a server's middleware list in `RequestSpans`, in place."""
+    from mcp.server._otel import OpenTelemetryMiddleware  # the SDK's (mcp 2.3), on by default in every server
+
+    for index, layer in enumerate(middleware):
+        if isinstance(layer, OpenTelemetryMiddleware):
+            middleware[index] = RequestSpans(layer)
 
 
 # ---- propagation over HTTP ------------------------------------------------------------------

@@ -17,8 +17,9 @@ still land.
 
 from __future__ import annotations
 
+import os
+import threading
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -30,7 +31,15 @@ from gateway.observability.tracing import current_trace_id
 from gateway.records.model import EXECUTION_ID_NOTE, PARENT_NOTE, PendingExecution
 from gateway.records.trail import SearchTrail
 
-__all__ = ["CLIENT_LABEL_NOTE", "CLIENT_NOTE", "SESSION_NOTE", "CallRecorder", "RecordRefused", "trail_keys"]
+__all__ = [
+    "CLIENT_LABEL_NOTE",
+    "CLIENT_NOTE",
+    "SESSION_NOTE",
+    "CallRecorder",
+    "RecordRefused",
+    "new_execution_id",
+    "trail_keys",
+]
 
 SESSION_NOTE = "session_id"
 CLIENT_NOTE = "client_id"
@@ -40,6 +49,39 @@ CLIENT_LABEL_NOTE = "client_label"
 
 RecordRefused = Callable[[ToolCall, BaseException, str], None]
 """Records a refused call under the given execution id (`Records.record_refused`)."""
+
+
+class _RandomIds:
+    """Random (version 4) UUIDs as 32 hex digits, as `uuid.uuid4().hex` makes them, from the system's random
+    source read 4 KiB at a time: an execution id is its result's feedback token, so unguessable, and one
+    system call and one `UUID` object a call cost more than the rest of making its record."""
+
+    _BLOCK = 4096
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pool = b""
+        self._at = 0
+
+    def __call__(self) -> str:
+        with self._lock:
+            at = self._at
+            if at + 16 > len(self._pool):
+                self._pool, at = os.urandom(self._BLOCK), 0
+            self._at = at + 16
+            raw = bytearray(self._pool[at : at + 16])
+        raw[6] = raw[6] & 0x0F | 0x40  # version 4
+        raw[8] = raw[8] & 0x3F | 0x80  # the RFC 4122 variant
+        return raw.hex()
+
+    def forget(self) -> None:
+        """In a forked child: never hand out what the parent may hand out too."""
+        self._pool, self._at = b"", 0
+
+
+new_execution_id = _RandomIds()
+"""A new execution id (`uuid.uuid4().hex`'s format)."""
+os.register_at_fork(after_in_child=new_execution_id.forget)
 
 
 def trail_keys(session_id: str | None, client_id: str | None) -> list[str]:
@@ -68,7 +110,7 @@ class CallRecorder:
 
     async def __call__(self, call: ToolCall, call_next: CallHandler) -> types.CallToolResult:
         notes = call.notes
-        execution_id = notes[EXECUTION_ID_NOTE] = uuid.uuid4().hex
+        execution_id = notes[EXECUTION_ID_NOTE] = new_execution_id()
         session_id, client_id = notes.get(SESSION_NOTE), notes.get(CLIENT_NOTE)
         attempt_errors: list[tuple[int, BaseException]] = []
         send = call.send
@@ -110,6 +152,7 @@ class CallRecorder:
                 record.error = error
             raise
         finally:
+            call.send = send  # the wrapper refers to `call`: a cycle per call, left to the garbage collector
             try:
                 if not refused:
                     record.latency_ms = (time.perf_counter() - started) * 1000

@@ -6,7 +6,6 @@ hold in the writer's buffer as it is (`Records`) is turned into rows on the call
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -15,12 +14,12 @@ import mcp_types as types
 from pydantic_core import PydanticSerializationError
 
 from gateway.errors import ERROR_META_KEY, GatewayError, UpstreamTimeout
-from gateway.records.cut import cut_text, shrink, storable
-from gateway.records.model import FailureRow, PendingExecution, Status
+from gateway.records.cut import cut_text, storable
+from gateway.records.model import FailureRow, PendingExecution, ResultDigest, Status
 from gateway.records.redaction import Redactor
 from gateway.sizes import json_bytes
 
-__all__ = ["TOOL_ERROR", "StoredLimits", "execution_rows", "outcome", "summarize"]
+__all__ = ["TOOL_ERROR", "ResultDigest", "StoredLimits", "digest", "execution_rows", "outcome", "summarize"]
 
 TOOL_ERROR = "tool_error"
 """The error code of an error result the upstream returned itself (the gateway made none)."""
@@ -49,17 +48,28 @@ def outcome(pending: PendingExecution) -> tuple[Status, str | None]:
     if error is not None:
         return "error", CANCELLED
     result = pending.result
-    if result is not None and result.is_error:
-        made = (result.meta or {}).get(ERROR_META_KEY)
-        code = made.get("code") if isinstance(made, dict) else None
-        return "error", code if isinstance(code, str) else TOOL_ERROR
-    return "success", None
+    if result is not None:
+        code = _error_code(result)
+    elif pending.digest is not None:
+        code = pending.digest.error_code
+    else:
+        return "success", None
+    return ("success", None) if code is None else ("error", code)
 
 
-def summarize(result: types.CallToolResult, limit: int, mask: Mask) -> str:
-    """The result's text (other blocks as one-word placeholders, or its structured content as JSON when it
-    has no blocks), masked, within `limit` bytes: read only as far as that (`gateway.records.cut`)."""
+def _error_code(result: types.CallToolResult) -> str | None:
+    """None for a result that is not an error; else its code: the gateway's, in `_meta`, or `tool_error`."""
+    if not result.is_error:
+        return None
+    made = (result.meta or {}).get(ERROR_META_KEY)
+    code = made.get("code") if isinstance(made, dict) else None
+    return code if isinstance(code, str) else TOOL_ERROR
+
+
+def digest(result: types.CallToolResult, limit: int) -> ResultDigest:
+    """The digest of `result` for a summary of at most `limit` bytes: its texts read only as far as that."""
     parts: list[str] = []
+    last_chars = None
     length = 0
     for block in result.content:
         if isinstance(block, types.TextContent):
@@ -69,15 +79,19 @@ def summarize(result: types.CallToolResult, limit: int, mask: Mask) -> str:
             part = f"[{block.type} {uri}]"
         else:
             part = f"[{block.type}]"
-        if length + len(part) > limit:
-            parts.append(mask(part)[: limit - length + 1])  # masked before the slice: it cannot split a secret
-            break
         parts.append(part)
+        if length + len(part) > limit:
+            last_chars = limit - length + 1
+            break
         length += len(part) + 1
-    if not parts and result.structured_content is not None:
-        shrunk, _ = shrink(result.structured_content, limit + 1, lambda key: False, mask)
-        parts.append(json.dumps(shrunk, ensure_ascii=False, separators=(",", ":"), default=str))
-    return cut_text("\n".join(parts), limit, mask)
+    structured = result.structured_content if not parts else None
+    return ResultDigest(tuple(parts), last_chars, structured, _result_bytes(result), _error_code(result))
+
+
+def summarize(result: types.CallToolResult, limit: int, mask: Mask) -> str:
+    """The result's text (other blocks as one-word placeholders, or its structured content as JSON when it
+    has no blocks), masked, within `limit` bytes: read only as far as that (`gateway.records.cut`)."""
+    return digest(result, limit).summary(limit, mask)
 
 
 def _failure(pending: PendingExecution, seq: int, attempt: int, error: BaseException, cut: Mask) -> FailureRow:
@@ -98,9 +112,12 @@ def execution_rows(
     def cut(text: str) -> str:
         return cut_text(text, limits.result_bytes, mask)
 
+    taken = pending.digest
     if pending.result is not None:
-        summary = summarize(pending.result, limits.result_bytes, mask)
-        size = _result_bytes(pending.result)
+        taken = digest(pending.result, limits.result_bytes)
+    if taken is not None:
+        summary = taken.summary(limits.result_bytes, mask)
+        size = taken.size
     elif pending.error is not None:
         error = pending.error
         summary = cut(error.message if isinstance(error, GatewayError) else type(error).__name__)
@@ -110,7 +127,7 @@ def execution_rows(
     final = pending.error
     if final is not None and not any(error is final for _, error in pending.attempt_errors):
         failures.append(_failure(pending, len(failures), pending.attempts, final, cut))
-    elif final is None and status == "error" and pending.result is not None:
+    elif final is None and status == "error" and taken is not None:
         failures.append(
             FailureRow(pending.id, len(failures), pending.attempts, "ErrorResult", code or TOOL_ERROR, summary or "")
         )
@@ -139,15 +156,19 @@ def execution_rows(
 
 def _result_bytes(result: types.CallToolResult) -> int:
     """The result's size as JSON; a lone surrogate (which pydantic's serializer refuses) counted as 3 bytes."""
-    try:
-        return len(result.model_dump_json(by_alias=True, exclude_none=True).encode("utf-8"))
+    try:  # `model_dump_json`'s bytes, not decoded to be encoded again
+        return len(result.__pydantic_serializer__.to_json(result, by_alias=True, exclude_none=True))
     except PydanticSerializationError:
         return json_bytes(result.model_dump(by_alias=True, mode="json", exclude_none=True))
 
 
 def storable_values(values: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A row's texts made storable (`cut.storable`), its other values as they are."""
-    return tuple(storable(value) if isinstance(value, str) else value for value in values)
+    """A row's texts made storable (`cut.storable`), its other values as they are: the row itself when every
+    text is ASCII without a NUL already (nearly always; no new tuple)."""
+    for value in values:
+        if isinstance(value, str) and not (value.isascii() and "\x00" not in value):
+            return tuple(storable(value) if isinstance(value, str) else value for value in values)
+    return values
 
 
 def storable_failure(row: FailureRow) -> FailureRow:

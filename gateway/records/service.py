@@ -23,7 +23,7 @@ from gateway.records.cut import refused_summary, size_estimate, storable
 from gateway.records.model import PARENT_NOTE, FailureRow, PendingExecution, SearchRow
 from gateway.records.recorder import CLIENT_LABEL_NOTE, CLIENT_NOTE, SESSION_NOTE, CallRecorder, trail_keys
 from gateway.records.redaction import Masker, Redactor, no_mask
-from gateway.records.rows import ExecutionValues, StoredLimits, execution_rows, outcome, storable_values
+from gateway.records.rows import ExecutionValues, StoredLimits, digest, execution_rows, outcome, storable_values
 from gateway.records.sqlite import SqliteStore
 from gateway.records.store import Batch, RecordStore
 from gateway.records.trail import SearchTrail
@@ -205,7 +205,7 @@ class Records:
         (cut), made now. Never raises: the recorder calls it as the call returns."""
         weight = _weight(record, self._heavy)
         if weight <= self._heavy:
-            self.writer.submit(record, weight)
+            self.writer.submit(self._held(record), weight)
             return
         try:
             rows = self._rows(record)
@@ -216,6 +216,21 @@ class Records:
         values, failures = rows
         texts = [v for v in values if isinstance(v, str)] + [f.details for f in failures]
         self.writer.submit(rows, RECORD_BYTES * (1 + len(failures)) + sum(len(text) for text in texts))
+
+    def _held(self, record: PendingExecution) -> PendingExecution:
+        """`record` as the writer's buffer holds it: its result as a digest (`rows.ResultDigest`), no empty list
+        of failed attempts; what the garbage collector walks until the flush is then a few objects, not dozens.
+        A record that cannot be digested (a bug) is held as it is: the writer's thread turns it into rows anyway."""
+        if not record.attempt_errors:
+            record.attempt_errors = ()
+        if record.result is not None:
+            try:
+                record.digest = digest(record.result, self.limits.result_bytes)
+            except Exception:  # boundary: never fail the call; the rows are made from the result instead
+                logger.exception("records: could not digest a call's result")
+                return record
+            record.result = None
+        return record
 
     def _rows(self, record: PendingExecution) -> ExecutionRows:
         return execution_rows(record, self.redactor, partial(self.mask, record.server), self.limits)
@@ -270,6 +285,7 @@ def _summary_values(record: PendingExecution) -> ExecutionValues:
         record.attempts,
         record.search_id,
         record.trace_id,
+        record.parent_id,
     )
 
 

@@ -26,6 +26,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 
 from gateway.config.security import AuthConfig, SecurityConfig
 from gateway.config.settings import Settings
+from gateway.observability.tracing import skip_idle_request_spans
 from gateway.registry import ChangeKind, Registry
 from gateway.relay import Interactions, connection_of
 from gateway.router.service import RouterService
@@ -154,6 +155,7 @@ class GatewayServer:
                 on_set_logging_level=self._set_logging_level,
                 get_tool_input_schema=self.tools.input_schema,
             )
+        skip_idle_request_spans(self.server.middleware)  # the SDK's request spans, only when they can matter
         self.tasks = self.tools.tasks
         self.tasks.install(self.server, self.notifications.notify)
         self.server.tasks_capability = self.tasks.capability

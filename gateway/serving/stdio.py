@@ -11,10 +11,10 @@ child that inherits them never corrupts the wire; both are restored on exit. A s
 stdout the event loop cannot watch (a regular file, a terminal) is served by the SDK's
 transport instead.
 
-Every line for stdout goes through one `Outbox`, written straight to the pipe while the pipe
-takes it (a backlog flushed when it becomes writable), so the SDK's messages and the lean
-path's answers (`gateway.serving.stdio_lean`) leave in the order they were written: a call's
-progress before its answer. A line read from stdin is offered to the lean path first; what it
+Every line for stdout goes through one `Outbox`, the lines of one turn of the event loop written
+together to the pipe while the pipe takes them (a backlog flushed when it becomes writable), so the
+SDK's messages and the lean path's answers (`gateway.serving.stdio_lean`) leave in the order they
+were written: a call's progress before its answer. A line read from stdin is offered to the lean path first; what it
 does not take is parsed for the SDK's session as before.
 """
 
@@ -91,14 +91,20 @@ async def stdio_streams(lean: LineTaker | None = None) -> AsyncIterator[tuple[An
 
 class Outbox:
     """stdout, one message a line: the SDK session's write stream (`send`) and the lean path's
-    (`write`). A line goes to the pipe at once when nothing waits before it; otherwise it joins
-    the backlog that `flush` writes as the pipe drains, and a send waits while the backlog is
-    over `BACKLOG_LIMIT` (a client that stops reading holds its server up, as a pipe would)."""
+    (`write`). The lines written during one turn of the event loop leave together, in one write
+    to the pipe at the end of the turn (50 calls answered in a turn: one system call, not 50); what
+    the pipe does not take joins the backlog that `flush` writes as the pipe drains, and a send waits
+    while the backlog is over `BACKLOG_LIMIT` (a client that stops reading holds its server up, as a
+    pipe would)."""
 
     def __init__(self, wire: int, *, on_broken: Callable[[], None]) -> None:
         self._wire = wire
         self._on_broken = on_broken
         self._backlog = bytearray()
+        self._scheduled = False
+        """A write of the backlog is due at the end of this turn of the loop (`_write_now`)."""
+        self._draining = False
+        """`flush` owns the backlog: the pipe was full, and it writes as the pipe drains."""
         self._pending = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
@@ -111,22 +117,24 @@ class Outbox:
         """Queue one line (ending in a newline) after everything written before it."""
         if self.broken:
             raise anyio.BrokenResourceError
-        if not self._backlog:
-            try:
-                written = os.write(self._wire, data)
-            except BlockingIOError:
-                written = 0
-            except OSError:
-                self._break()
-                raise anyio.BrokenResourceError from None
-            if written == len(data):
-                return
-            data = data[written:]
         self._backlog += data
         self._empty.clear()
-        self._pending.set()
         if len(self._backlog) > BACKLOG_LIMIT:
             self._room.clear()
+        if not self._scheduled and not self._draining:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._write_now)
+
+    def _write_now(self) -> None:
+        """The turn's lines, in one write; the rest, if the pipe is full, to `flush`."""
+        self._scheduled = False
+        if self._draining or self.broken or not self._backlog or not self._write_some():
+            return
+        if self._backlog:
+            self._draining = True
+            self._pending.set()
+        else:
+            self._empty.set()
 
     async def room(self) -> None:
         """Wait while the backlog is over its limit."""
@@ -138,23 +146,32 @@ class Outbox:
         await self._empty.wait()
 
     async def flush(self) -> None:
-        """Write the backlog as the pipe takes it (a task for the session's lifetime)."""
+        """Write the backlog as the pipe takes it, once the pipe was full (a task for the session's lifetime)."""
         while True:
             await self._pending.wait()
             self._pending.clear()
-            while self._backlog:
-                await anyio.wait_writable(self._wire)
-                try:
-                    written = os.write(self._wire, self._backlog)
-                except BlockingIOError:
-                    continue
-                except OSError:
-                    self._break()
-                    return
-                del self._backlog[:written]
-                if len(self._backlog) <= BACKLOG_LIMIT:
-                    self._room.set()
+            try:
+                while self._backlog:
+                    await anyio.wait_writable(self._wire)
+                    if not self._write_some():
+                        return
+            finally:
+                self._draining = False
             self._empty.set()
+
+    def _write_some(self) -> bool:
+        """Write what the pipe takes of the backlog now; False when the pipe broke."""
+        try:
+            written = os.write(self._wire, self._backlog)
+        except BlockingIOError:
+            return True
+        except OSError:
+            self._break()
+            return False
+        del self._backlog[:written]
+        if len(self._backlog) <= BACKLOG_LIMIT:
+            self._room.set()
+        return True
 
     def _break(self) -> None:
         self.broken = True

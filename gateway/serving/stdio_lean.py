@@ -113,6 +113,8 @@ class StdioLean:
                 self.connection = None if modern else ctx.session._connection
                 self.outbound = NotifyOnlyOutbound(dispatcher)
                 self.lifespan_state = ctx.lifespan_context
+                # One stdio session a process: found, it is found for good, and no request need pass here again.
+                self.server.middleware.remove(self._note_session)
         return await call_next(ctx)
 
     def take(self, line: bytes) -> bool:

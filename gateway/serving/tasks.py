@@ -143,6 +143,15 @@ class TaskTable:
             self.forget(task)
 
 
+def _any_tool(tool: types.Tool) -> bool:
+    return True
+
+
+def _not_task_required(tool: types.Tool) -> bool:
+    """Whether a client that cannot run tasks can call `tool`."""
+    return task_support(tool) != "required"
+
+
 def _exposed(raw: Mapping[str, Any], task: ProxiedTask) -> dict[str, Any]:
     """A task object (or a result carrying related-task `_meta`) with the client's task id."""
     out = dict(raw)
@@ -206,8 +215,8 @@ class TaskProxy:
     def usable(self, ctx: ServerRequestContext[Any, Any]) -> Callable[[types.Tool], bool]:
         """A filter for this client's listings: tools that require tasks go when it cannot run them."""
         if client_supports_tasks(ctx) and not self.stateless():
-            return lambda tool: True
-        return lambda tool: task_support(tool) != "required"
+            return _any_tool
+        return _not_task_required
 
     def note_hidden(self, ctx: ServerRequestContext[Any, Any], names: list[str]) -> None:
         """Log, once per client session, which tools it does not see for want of task support."""

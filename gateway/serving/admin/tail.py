@@ -44,9 +44,11 @@ STREAM_SECONDS = 300.0
 and a gateway shutting down is never held up long by an open page."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TailEvent:
-    """One completed call, as the tail shows it: no arguments and no result (the call's page has them)."""
+    """One completed call, as the tail shows it: no arguments and no result (the call's page has them).
+    Not frozen: one is made for every call, viewer or not (the history), and a frozen dataclass's
+    `__init__` sets each field through `object.__setattr__`."""
 
     seq: int
     id: str
