@@ -371,13 +371,14 @@ class _Uvicorn(uvicorn.Server):
 def _stop_listening(server: uvicorn.Server, sock: socket.socket) -> None:
     """Accept no new connections (uvicorn's own shutdown closes its servers again, harmlessly).
 
-    The bound socket is shut down too: uvloop serves on a duplicate of it (and children may hold
-    another), so closing its server alone leaves the kernel's socket listening, and new connections
-    would wait in its backlog to be reset instead of being refused."""
-    for listening in server.servers:
-        listening.close()
+    The bound socket is shut down first, while its descriptor is still open: closing the servers
+    closes it, and uvloop serves on a duplicate of it, so closing alone would leave the kernel's
+    socket listening wherever another descriptor of it lives, with new connections waiting in its
+    backlog to be reset instead of being refused."""
     with contextlib.suppress(OSError):  # already closed, or never listening
         sock.shutdown(socket.SHUT_RDWR)
+    for listening in server.servers:
+        listening.close()
     sock.close()
 
 
@@ -386,7 +387,8 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
     Made for IPPROTO_TCP, not protocol 0: asyncio turns Nagle's algorithm off (TCP_NODELAY) only
     on connections accepted from such a socket, and without it every response waited about
-    40 ms for the client's delayed ACK."""
+    40 ms for the client's delayed ACK. Not inheritable (Python's default): no child process (a
+    stdio upstream) is to hold the listening socket."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -395,7 +397,6 @@ def bind_socket(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    sock.set_inheritable(True)
     return sock
 
 
