@@ -60,11 +60,12 @@ async def _until_started(marker: Path) -> None:
         await anyio.sleep(0.05)
 
 
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 async def test_on_sigterm_readiness_goes_false_new_requests_are_refused_and_the_call_in_flight_finishes(
-    tmp_path: Path,
+    tmp_path: Path, loop: str
 ) -> None:
     marker = tmp_path / "marker"
-    with _gateway(tmp_path, GATEWAY_HTTP__DRAIN_NOTICE_SECONDS="0.5") as (process, base):
+    with _gateway(tmp_path, GATEWAY_HTTP__DRAIN_NOTICE_SECONDS="0.5", GATEWAY_HTTP__EVENT_LOOP=loop) as (process, base):
         result: dict[str, Any] = {}
         async with httpx2.AsyncClient(base_url=base, timeout=120) as kept, anyio.create_task_group() as tg:
             assert (await kept.get("/healthz")).status_code == 200  # a kept-alive connection, opened before

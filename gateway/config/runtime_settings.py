@@ -141,17 +141,18 @@ class HttpSettings(BaseModel):
     parser: Literal["auto", "httptools", "h11"] = Field(
         default="auto",
         description=(
-            "uvicorn's HTTP/1.1 parser: `httptools` (C, llhttp), `h11` (pure Python), or `auto`: httptools where "
-            "it is installed (it is a dependency), else h11."
+            "The HTTP/1.1 parser: `httptools` (C, llhttp; the gateway's own protocol on it, which serves a "
+            "session's hot requests past the app's outer layers and writes each answer in one write), `h11` "
+            "(pure Python, uvicorn's protocol), or `auto`: httptools where it is installed (it is a dependency), "
+            "else h11."
         ),
     )
     event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
         default="asyncio",
         description=(
             "The event loop of `serve --transport http`: `asyncio` (the standard library's), `uvloop` (libuv; "
-            "less CPU per call), or `auto`: uvloop where it is installed (a dependency except on Windows). Not "
-            "uvloop by default: on SIGTERM its gateway does not refuse new connections promptly while calls in "
-            "flight finish (they wait, then are reset). stdio serving always runs on asyncio."
+            "less CPU per call), or `auto`: uvloop where it is installed (a dependency except on Windows). Both "
+            "drain alike on SIGTERM. stdio serving always runs on asyncio."
         ),
     )
     drain_seconds: float = Field(

@@ -33,6 +33,7 @@ import contextvars
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -52,6 +53,7 @@ __all__ = [
     "METADATA_PATH",
     "PRINCIPAL_KEY",
     "PUBLIC_PATHS",
+    "Refusal",
     "SecurityMiddleware",
     "current_principal",
     "forwardable_token",
@@ -104,6 +106,18 @@ def forwardable_token(request: Any) -> str | None:
     return token.strip()
 
 
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A request refused before the app: a JSON answer."""
+
+    status: int
+    body: dict[str, Any]
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+    async def send(self, send: Send) -> None:
+        await _send_json(send, self.status, self.body, self.headers)
+
+
 class SecurityMiddleware:
     """Host/Origin, metadata, authentication, rate limit and body size, before the app."""
 
@@ -147,19 +161,14 @@ class SecurityMiddleware:
             await self._public(request, scope, receive, send)
             return
         if scope["path"] not in self.public_paths:
-            refused = await self.guard.validate_request(request, is_post=False)
+            refused = await self._foreign(request)
             if refused is not None:
-                reason = bytes(refused.body).decode(errors="replace")
-                await _send_json(send, 403, {"error": f"{reason}: this host or origin is not allowed"})
+                await refused.send(send)
                 return
-        if self.loopback_only is not None:
-            why = request_beyond_loopback(request.headers, scope.get("client"))
-            if why is not None:
-                level = logging.INFO if self._told_loopback_only else logging.WARNING  # one warning, then info
-                self._told_loopback_only = True
-                logger.log(level, "refused %s %s (no auth:): %s", request.method, scope["path"], why)
-                await _send_json(send, 403, {"error": "authentication_required", "message": self.loopback_only(why)})
-                return
+        refused = self._beyond_loopback(request, scope)
+        if refused is not None:
+            await refused.send(send)
+            return
         if scope["path"] in self.public_paths:
             await self._public(request, scope, receive, send)
             return
@@ -171,30 +180,87 @@ class SecurityMiddleware:
                 await self.app(scope, receive, send)
                 return
         if self.authenticator is not None:
-            try:
-                principal = await self._authenticate(request)
-            except AuthError as exc:
-                logger.info("refused %s %s: %s", request.method, scope["path"], exc.reason)
-                await self._refuse(request, send, exc)
+            refused = await self._admit(request, scope)
+            if refused is not None:
+                await refused.send(send)
                 return
-            scope[PRINCIPAL_KEY] = principal
-            token = AccessToken(token="-", client_id=principal.name, scopes=[], claims={"iss": principal.issuer})
-            scope["user"] = AuthenticatedUser(token)
-            wait = await self.limiter.admit(principal.name, principal.rate_limit)
-            if wait:
-                logger.info("rate-limited %r for %d s", principal.name, wait)
-                message = f"Rate limit exceeded for {principal.name!r}: retry after {wait} s."
-                error = {"code": RATE_LIMITED, "message": message, "data": {"retryAfter": wait}}
-                body = {"jsonrpc": "2.0", "id": None, "error": error}
-                await _send_json(send, 429, body, [(b"retry-after", str(wait).encode())])
-                return
-            entered = _principal.set(principal)
-            try:
-                await self.app(scope, receive, send)
-            finally:
-                _principal.reset(entered)
+        await self.run(scope, receive, send, self.app)
+
+    @property
+    def screens_endpoint(self) -> bool:
+        """Whether `screen` is this middleware's whole check of a request to the endpoint (its path
+        is neither public, nor the metadata's, nor under the console's prefix)."""
+        path = self.endpoint_path
+        return (
+            path not in PUBLIC_PATHS
+            and path not in self.public_paths
+            and not path.startswith(METADATA_PATH)
+            and (self.session_prefix is None or not _under(path, self.session_prefix))
+        )
+
+    async def screen(self, scope: Scope) -> Refusal | None:
+        """What `__call__` checks of a request to the endpoint path (when `screens_endpoint`): the
+        Host/Origin check, loopback only, authentication and the rate limit, in that order; the
+        caller then runs the app with `run`. For a front that skips the ASGI layers
+        (`gateway.serving.hot_front`) yet must refuse exactly what this middleware refuses."""
+        request = Request(scope)
+        refused = await self._foreign(request)
+        if refused is None:
+            refused = self._beyond_loopback(request, scope)
+        if refused is None and self.authenticator is not None:
+            refused = await self._admit(request, scope)
+        return refused
+
+    async def run(self, scope: Scope, receive: Receive, send: Send, app: ASGIApp) -> None:
+        """`app` on a screened request, as the caller (`current_principal`)."""
+        principal = scope.get(PRINCIPAL_KEY) if self.authenticator is not None else None
+        if not isinstance(principal, Principal):
+            await app(scope, receive, send)
             return
-        await self.app(scope, receive, send)
+        entered = _principal.set(principal)
+        try:
+            await app(scope, receive, send)
+        finally:
+            _principal.reset(entered)
+
+    async def _foreign(self, request: Request) -> Refusal | None:
+        """403 for a Host or Origin not allowed (DNS rebinding)."""
+        refused = await self.guard.validate_request(request, is_post=False)
+        if refused is None:
+            return None
+        reason = bytes(refused.body).decode(errors="replace")
+        return Refusal(403, {"error": f"{reason}: this host or origin is not allowed"})
+
+    def _beyond_loopback(self, request: Request, scope: Scope) -> Refusal | None:
+        """403 for a request from beyond loopback to a gateway that may serve loopback alone."""
+        if self.loopback_only is None:
+            return None
+        why = request_beyond_loopback(request.headers, scope.get("client"))
+        if why is None:
+            return None
+        level = logging.INFO if self._told_loopback_only else logging.WARNING  # one warning, then info
+        self._told_loopback_only = True
+        logger.log(level, "refused %s %s (no auth:): %s", request.method, scope["path"], why)
+        return Refusal(403, {"error": "authentication_required", "message": self.loopback_only(why)})
+
+    async def _admit(self, request: Request, scope: Scope) -> Refusal | None:
+        """Authentication (the principal put in the scope) and the caller's rate limit."""
+        try:
+            principal = await self._authenticate(request)
+        except AuthError as exc:
+            logger.info("refused %s %s: %s", request.method, scope["path"], exc.reason)
+            return self._refusal(request, exc)
+        scope[PRINCIPAL_KEY] = principal
+        token = AccessToken(token="-", client_id=principal.name, scopes=[], claims={"iss": principal.issuer})
+        scope["user"] = AuthenticatedUser(token)
+        wait = await self.limiter.admit(principal.name, principal.rate_limit)
+        if not wait:
+            return None
+        logger.info("rate-limited %r for %d s", principal.name, wait)
+        message = f"Rate limit exceeded for {principal.name!r}: retry after {wait} s."
+        error = {"code": RATE_LIMITED, "message": message, "data": {"retryAfter": wait}}
+        body = {"jsonrpc": "2.0", "id": None, "error": error}
+        return Refusal(429, body, [(b"retry-after", str(wait).encode())])
 
     async def _public(self, request: Request, scope: Scope, receive: Receive, send: Send) -> None:
         """Health probes: no Host check, no credentials needed (a valid one shows the details)."""
@@ -238,7 +304,7 @@ class SecurityMiddleware:
             document["authorization_servers"] = [self.auth.jwt.issuer]
         await _send_json(send, 200, document)
 
-    async def _refuse(self, request: Request, send: Send, error: AuthError) -> None:
+    def _refusal(self, request: Request, error: AuthError) -> Refusal:
         parts = [f'resource_metadata="{self._metadata_url(request)}"']
         if error.status == 403:
             parts.insert(0, 'error="insufficient_scope"')
@@ -247,7 +313,7 @@ class SecurityMiddleware:
         challenge = "Bearer " + ", ".join(parts)
         code = "insufficient_scope" if error.status == 403 else "invalid_token"
         body = {"error": code, "error_description": error.reason}
-        await _send_json(send, error.status, body, [(b"www-authenticate", challenge.encode())])
+        return Refusal(error.status, body, [(b"www-authenticate", challenge.encode())])
 
 
 def _under(path: str, prefix: str) -> bool:

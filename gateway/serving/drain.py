@@ -56,15 +56,23 @@ class Drain:
             await _answer(send, 503, {"ready": False, "draining": True})
             return
         if self.refusing and path != _ALWAYS:
-            headers = [(b"connection", b"close"), (b"retry-after", b"1")]
-            await _answer(send, 503, {"error": "draining", "message": DRAINING_MESSAGE}, headers)
+            await self.refuse(send)
             return
         if scope["method"] == "GET":
             await self.app(scope, receive, send)
             return
+        await self.counted(scope, receive, send, self.app)
+
+    async def refuse(self, send: Send) -> None:
+        """503 to a new request once refusing (safe to resend elsewhere)."""
+        headers = [(b"connection", b"close"), (b"retry-after", b"1")]
+        await _answer(send, 503, {"error": "draining", "message": DRAINING_MESSAGE}, headers)
+
+    async def counted(self, scope: Scope, receive: Receive, send: Send, app: ASGIApp) -> None:
+        """`app` on a request the drain waits for (in flight until it returns)."""
         self.in_flight += 1
         try:
-            await self.app(scope, receive, send)
+            await app(scope, receive, send)
         finally:
             self.in_flight -= 1
             if self.in_flight == 0 and self._idle is not None:

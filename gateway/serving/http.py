@@ -50,6 +50,8 @@ from gateway.serving.connections import guarded_protocol
 from gateway.serving.deferred_responses import deferring_http_app
 from gateway.serving.drain import Drain
 from gateway.serving.exposure import GATEWAY_TOOL_NAMES, NO_TOOL_FITS, openai_function, tool_payload, unknown_mode
+from gateway.serving.hot_front import HotFront
+from gateway.serving.http_protocol import front_protocol
 from gateway.serving.lean_path import LeanPath
 from gateway.serving.server import GatewayServer
 
@@ -203,6 +205,13 @@ def build_http_app(gateway: GatewayServer, settings: Settings, *, admin: bool = 
     """The MCP endpoint plus `POST /route` for host apps, behind `gateway.security.http_guard` (Host/Origin,
     authentication, rate limits, body size). `admin=False` leaves the operator console out (to measure
     what it costs a call: `bench/admin_overhead.py`)."""
+    return _build_http_app(gateway, settings, admin=admin)[0]
+
+
+def _build_http_app(
+    gateway: GatewayServer, settings: Settings, *, admin: bool = True
+) -> tuple[SecurityMiddleware, LeanPath | None]:
+    """`build_http_app`, and its lean path (None: off), which the hot front serves (`hot_front`)."""
     security = transport_security(settings)
     guard = TransportSecurityMiddleware(security)
     gateway.stateless = settings.http.stateless
@@ -277,9 +286,10 @@ def build_http_app(gateway: GatewayServer, settings: Settings, *, admin: bool = 
         window=settings.http.response_window,
         json_first=settings.http.response_mode == "auto",
     )
-    lean = settings.http.lean_path and settings.http.response_mode == "auto" and not settings.http.stateless
-    if lean:  # the hot requests of an open session on the gateway's own path (`lean_path`)
-        app = LeanPath(
+    lean: LeanPath | None = None
+    if settings.http.lean_path and settings.http.response_mode == "auto" and not settings.http.stateless:
+        # the hot requests of an open session on the gateway's own path (`lean_path`)
+        app = lean = LeanPath(
             app,
             gateway.server,
             gateway.server.session_manager,
@@ -297,7 +307,7 @@ def build_http_app(gateway: GatewayServer, settings: Settings, *, admin: bool = 
         served = TraceContextMiddleware(served)
     if admin:
         served = with_console(served, gateway)  # /admin requests find the console's sessions and state
-    return SecurityMiddleware(
+    front = SecurityMiddleware(
         served,  # after the Host check and authentication
         guard=guard,
         auth=gateway.auth,
@@ -309,6 +319,7 @@ def build_http_app(gateway: GatewayServer, settings: Settings, *, admin: bool = 
         limiter=gateway.shared.limiter if gateway.shared is not None else None,  # replicas count together
         loopback_only=None if authenticator or settings.http.insecure_no_auth else refusal,
     )
+    return front, lean
 
 
 def parser_protocol(parser: str) -> type[asyncio.Protocol]:
@@ -360,13 +371,14 @@ class _Uvicorn(uvicorn.Server):
 def _stop_listening(server: uvicorn.Server, sock: socket.socket) -> None:
     """Accept no new connections (uvicorn's own shutdown closes its servers again, harmlessly).
 
-    The bound socket is shut down too: uvloop serves on a duplicate of it (and children may hold
-    another), so closing its server alone leaves the kernel's socket listening, and new connections
-    would wait in its backlog to be reset instead of being refused."""
-    for listening in server.servers:
-        listening.close()
+    The bound socket is shut down first, while its descriptor is still open: closing the servers
+    closes it, and uvloop serves on a duplicate of it, so closing alone would leave the kernel's
+    socket listening wherever another descriptor of it lives, with new connections waiting in its
+    backlog to be reset instead of being refused."""
     with contextlib.suppress(OSError):  # already closed, or never listening
         sock.shutdown(socket.SHUT_RDWR)
+    for listening in server.servers:
+        listening.close()
     sock.close()
 
 
@@ -375,7 +387,8 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
     Made for IPPROTO_TCP, not protocol 0: asyncio turns Nagle's algorithm off (TCP_NODELAY) only
     on connections accepted from such a socket, and without it every response waited about
-    40 ms for the client's delayed ACK."""
+    40 ms for the client's delayed ACK. Not inheritable (Python's default): no child process (a
+    stdio upstream) is to hold the listening socket."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -384,7 +397,6 @@ def bind_socket(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    sock.set_inheritable(True)
     return sock
 
 
@@ -397,11 +409,24 @@ async def serve_http(
     ready: Callable[[int], None] | None = None,
 ) -> None:
     """Serve streamable HTTP on an already bound socket until `stop` is set."""
-    app = drain = Drain(build_http_app(gateway, settings))  # SIGTERM: readiness false, refuse new, finish
+    security, lean = _build_http_app(gateway, settings)
+    app = drain = Drain(security)  # SIGTERM: readiness false, refuse new, finish
     # JSON logs: uvicorn's records go through the gateway's handler, not uvicorn's text formatter.
     log_config = None if settings.log_format == "json" else uvicorn.config.LOGGING_CONFIG
+    base = parser_protocol(settings.http.parser)
+    if base.__name__ == "HttpToolsProtocol":  # hot requests past the outer layers, answers in one write
+        front = None
+        if lean is not None and security.screens_endpoint:
+            front = HotFront(
+                drain=drain,
+                security=security,
+                lean=lean,
+                path=settings.http.path,
+                max_body=gateway.security.limits.max_request_bytes,
+            )
+        base = front_protocol(front)
     protocol = guarded_protocol(
-        parser_protocol(settings.http.parser), settings.http.header_timeout, settings.http.max_connections_per_client
+        base, settings.http.header_timeout, settings.http.max_connections_per_client
     )  # slow or silent connections closed, connections per address capped (`connections.py`)
     config = uvicorn.Config(
         app,

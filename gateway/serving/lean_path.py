@@ -42,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
@@ -82,6 +82,7 @@ from gateway.serving.hot_requests import (
     outcome,
     request_context,
 )
+from gateway.serving.http_protocol import HANG_UP_KEY
 
 __all__ = ["HOT_METHODS", "LeanPath"]
 
@@ -354,40 +355,90 @@ class LeanPath:
         in_flight, key = session.dispatcher._in_flight, coerce_request_id(hot.id)
         in_flight[key] = _InFlight(scope=call_scope, dctx=channel)  # type: ignore[arg-type]  # the client may cancel it
         result: dict[str, Any] | None = None
-        watcher = asyncio.get_running_loop().create_task(self._watch(receive, answer, call_scope))
+        watcher = _Watcher(self.window, receive, answer, call_scope, scope.get(HANG_UP_KEY))
         try:
             with call_scope:
                 result = await outcome(call, ctx, hot)
         finally:
-            watcher.cancel()
+            watcher.stop()
             await channel.close()
             entry = in_flight.get(key)
             if entry is not None and entry.dctx is channel:  # type: ignore[comparison-overlap]
                 del in_flight[key]
-        if watcher.done() and not watcher.cancelled() and watcher.result():
+        if watcher.gone:
             return  # the client hung up: nobody to answer
         if channel.cancel_requested.is_set() or result is None:
             error = {"code": REQUEST_CANCELLED, "message": "Request cancelled"}
             result = {"jsonrpc": "2.0", "id": hot.id, "error": error}
         await answer.finish(result)
 
-    async def _watch(self, receive: Receive, answer: _Answer, call: anyio.CancelScope) -> bool:
-        """Until cancelled: notice the client hanging up (cancel the call, True); open the stream
-        with a ping each `window` the call stays silent."""
+
+class _Watcher:
+    """While a call runs: notices the client hanging up (the call cancelled, `gone`), and opens a
+    silent call's answer as a stream with a ping every `window`.
+
+    The gateway's HTTP protocol offers a hook called on the hang-up (`HANG_UP_KEY` in the scope,
+    `gateway.serving.http_protocol`): then no task runs until the call has been silent for
+    `window`. Elsewhere (h11, an ASGI test client) a task reads `http.disconnect` throughout."""
+
+    def __init__(
+        self,
+        window: float,
+        receive: Receive,
+        answer: _Answer,
+        call: anyio.CancelScope,
+        hook: Callable[[Callable[[], None] | None], None] | None,
+    ) -> None:
+        self.window = window
+        self.gone = False
+        self._receive = receive
+        self._answer = answer
+        self._call = call
+        self._hook = hook
+        self._timer: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[None] | None = None
+        loop = asyncio.get_running_loop()
+        if hook is None:
+            self._task = loop.create_task(self._watch(ping_first=False))
+        else:
+            hook(self._hung_up)
+            self._timer = loop.call_later(window, self._silent)
+
+    def _hung_up(self) -> None:
+        self.gone = True
+        self._call.cancel()
+
+    def _silent(self) -> None:
+        self._timer = None
+        self._task = asyncio.get_running_loop().create_task(self._watch(ping_first=True))
+
+    def stop(self) -> None:
+        if self._hook is not None:
+            self._hook(None)
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _watch(self, *, ping_first: bool) -> None:
         while True:
-            try:
-                async with asyncio.timeout(self.window):
-                    message = await receive()
-            except TimeoutError:
+            if not ping_first:
                 try:
-                    await answer.ping()
-                except OSError:
-                    call.cancel()
-                    return True
-                continue
-            if message["type"] == "http.disconnect":
-                call.cancel()
-                return True
+                    async with asyncio.timeout(self.window):
+                        message = await self._receive()
+                except TimeoutError:
+                    pass
+                else:
+                    if message["type"] == "http.disconnect":
+                        self._hung_up()
+                        return
+                    continue
+            ping_first = False
+            try:
+                await self._answer.ping()
+            except OSError:
+                self._hung_up()
+                return
 
 
 def _hot_request(messages: list[Message], server: Server[Any], version: str, leave: HotFilter) -> Hot | None:
