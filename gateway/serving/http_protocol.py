@@ -8,9 +8,10 @@ keep-alive, pipelining and flow-control bookkeeping of each connection; this sub
   headers and the app's outer layers (whose checks the front runs itself); every other request
   goes to the whole ASGI app as before;
 - reads land in one buffer of the protocol's (`asyncio.BufferedProtocol`) instead of a fresh
-  256 KiB bytes object per read (asyncio's selector transport): with the mmap threshold fixed at
-  128 KiB (`gateway.malloc`), each of those was an mmap, two page faults and an munmap, about
-  25 us a read here against 3 us for a read into the buffer;
+  256 KiB bytes object per read (asyncio's selector transport), then shrunk: with glibc's mmap
+  threshold under 256 KiB each of those was an mmap, two page faults and an munmap, about 25 us
+  a read here against 3 us for a read into the buffer (`gateway.malloc` now keeps such blocks on
+  the heap, which other reads need; the buffer still saves the copy);
 - an answer whose length is known (`Content-Length`) leaves in one write, head and body
   together, instead of one write for the head and one for the body: one system call and one
   TCP segment fewer for every such answer. A streamed answer (chunked: SSE) still has its head
