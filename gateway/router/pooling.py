@@ -56,6 +56,7 @@ __all__ = [
     "cut_ids",
     "document_session",
     "document_session_options",
+    "drop_model_bytes",
     "fastembed_encoder",
     "length_batches",
     "load_tokenizer",
@@ -131,7 +132,22 @@ def open_session(model_file: Path, options: Any, *, int8_matmul: bool = False) -
     model = gather_before_dequantize(model_file.read_bytes())
     if int8_matmul:
         model = int8_matmuls(model)
-    return ort.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"])
+    drop_model_bytes(session)
+    return session
+
+
+def drop_model_bytes(session: Any) -> bool:
+    """Let go of the model bytes that ONNX Runtime's Python `InferenceSession` keeps; True if it held them.
+
+    A session made from bytes keeps them (`_model_bytes`, "holding the memory indefinitely" says
+    its own comment) only to be made again by `set_providers`, which the router never calls: for
+    the bundled model that is 23 MB a session for nothing (docs/benchmarks.md, "Memory"). The
+    session has its own copy of the weights; its runs do not read them."""
+    if getattr(session, "_model_bytes", None) is None:
+        return False
+    session._model_bytes = None
+    return True
 
 
 def document_session(model_file: Path, *, int8_matmul: bool = False) -> Any:
