@@ -87,11 +87,12 @@ class FastEmbedEmbedder:
 
     Calls on the main session are serialized by a lock, so one instance may be used from
     any thread. Queries go first: document batches wait (up to `QUERY_PRIORITY_SECONDS`)
-    while a query waits for the model. Documents in bulk run on their own single-threaded
-    session by `document_workers` threads (default: one per core, or `threads`), and a
-    query meanwhile runs beside the batches in progress, single-threaded on that session
-    too, instead of after them; 1 runs every document on the main session, one batch at a
-    time, as before (and costs no second session).
+    while a query waits for the model. Documents in bulk (from `DOCUMENT_SESSION_MIN_TEXTS` in
+    one bulk) run on their own single-threaded session, opened for them, by `document_workers`
+    threads (default: one per core, or `threads`), and a query meanwhile runs beside the
+    batches in progress, single-threaded on that session too, instead of after them; a smaller
+    bulk runs on the main session batch by batch, a query between two batches. 1 runs every
+    document on the main session, one batch at a time, as before (and costs no second session).
     """
 
     def __init__(
