@@ -565,15 +565,20 @@ def _tool_texts(count: int) -> list[str]:
 
 
 def test_documents_in_bulk_run_on_workers_and_give_the_vectors_of_one_at_a_time(
-    data_dir: Path, embedder: FastEmbedEmbedder
+    data_dir: Path, embedder: FastEmbedEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from gateway.router import embedder as embedder_module
+
+    monkeypatch.setattr(embedder_module, "DOCUMENT_SESSION_MIN_TEXTS", 61)
     one_at_a_time = load_embedder(EmbeddingSettings(document_workers=1), data_dir)
     assert isinstance(one_at_a_time, FastEmbedEmbedder) and one_at_a_time.document_workers == 1
     workers = load_embedder(EmbeddingSettings(document_workers=2, batch_size=4), data_dir)
     assert isinstance(workers, FastEmbedEmbedder) and workers.document_workers == 2
+    assert not workers.holds_document_session  # opened when documents come in bulk, not at load
     texts = _tool_texts(61)
     expected = np.stack([one_at_a_time.embed_documents([t])[0] for t in texts])
     in_bulk = workers.embed_documents(texts)
+    assert workers.holds_document_session
     assert in_bulk.shape == (61, 384) and in_bulk.dtype == np.float32
     # the same vectors: a text's vector does not depend on its batch, its padding or the threads
     np.testing.assert_allclose(in_bulk, expected, atol=1e-6)
@@ -614,21 +619,54 @@ def test_document_workers_default_to_threads_then_to_the_cores(data_dir: Path) -
 
 
 def test_without_a_second_session_documents_run_one_batch_at_a_time_and_a_warning_says_why(
-    data_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, embedder: FastEmbedEmbedder
 ) -> None:
+    from gateway.router import embedder as embedder_module
     from gateway.router import pooling
 
     def refuse(model_file: Path, **_: object) -> None:
         raise RuntimeError(f"cannot open {model_file.name} twice here")
 
     monkeypatch.setattr(pooling, "document_session", refuse)
+    monkeypatch.setattr(embedder_module, "DOCUMENT_SESSION_MIN_TEXTS", 10)
     with caplog.at_level(logging.WARNING, logger="gateway.router.pooling"):
         fallback = load_embedder(EmbeddingSettings(document_workers=2), data_dir)
-    assert isinstance(fallback, FastEmbedEmbedder) and fallback.direct and fallback.document_workers == 1
+        assert isinstance(fallback, FastEmbedEmbedder) and fallback.direct and fallback.document_workers == 2
+        texts = _tool_texts(20)
+        np.testing.assert_array_equal(fallback.embed_documents(texts), embedder.embed_documents(texts))
+        assert fallback.document_workers == 1  # not tried again
+        assert fallback.embed_documents(texts).shape == (20, 384)
     (message,) = [r.getMessage() for r in caplog.records if r.name == "gateway.router.pooling"]
     assert "document workers" in message and "cannot open model.onnx twice here" in message
     assert "GATEWAY_EMBEDDING__DOCUMENT_WORKERS=1" in message
-    assert fallback.embed_documents(_tool_texts(20)).shape == (20, 384)
+
+
+def test_a_small_bulk_runs_on_the_query_session_with_the_same_vectors_and_queries_between_its_batches(
+    data_dir: Path, embedder: FastEmbedEmbedder
+) -> None:
+    """A small catalog's cold index does not open the second session (57 MB, 1-2 s): below
+    `DOCUMENT_SESSION_MIN_TEXTS` texts in one bulk, the query session runs them batch by batch."""
+    from gateway.router.embedder import DOCUMENT_SESSION_MIN_TEXTS
+
+    workers = load_embedder(EmbeddingSettings(document_workers=2, batch_size=4), data_dir)
+    assert isinstance(workers, FastEmbedEmbedder) and workers.document_workers == 2
+    texts = _tool_texts(40)
+    assert 2 * len(texts) < DOCUMENT_SESSION_MIN_TEXTS
+    expected = embedder.embed_documents(texts)
+    batches = 0
+    real_run = workers._encoder._run  # type: ignore[union-attr]
+
+    def run(*args: object) -> np.ndarray:
+        nonlocal batches
+        batches += 1
+        assert args[2] is None  # the query session
+        assert workers._lock.locked()  # held for the batch only: a query waits for one batch at most
+        return real_run(*args)  # type: ignore[arg-type]
+
+    workers._encoder._run = run  # type: ignore[union-attr,method-assign]
+    np.testing.assert_array_equal(workers.embed_documents(texts), expected)
+    np.testing.assert_array_equal(workers.embed_documents(texts), expected)
+    assert batches == 20 and not workers.holds_document_session and not workers._lock.locked()
 
 
 def test_the_document_session_is_released_when_idle_and_opened_again_for_the_next_bulk(
@@ -638,11 +676,13 @@ def test_the_document_session_is_released_when_idle_and_opened_again_for_the_nex
     from gateway.router import embedder as embedder_module
 
     monkeypatch.setattr(embedder_module, "DOCUMENT_SESSION_IDLE_SECONDS", 1.0)
+    monkeypatch.setattr(embedder_module, "DOCUMENT_SESSION_MIN_TEXTS", 40)
     trims: list[bool] = []
     real_trim = embedder_module.trim_heap
     monkeypatch.setattr(embedder_module, "trim_heap", lambda: trims.append(real_trim()) or True)
     workers = load_embedder(EmbeddingSettings(document_workers=2, batch_size=4), data_dir)
     assert isinstance(workers, FastEmbedEmbedder) and workers.document_workers == 2
+    assert not workers.holds_document_session  # not opened at load
 
     def released() -> bool:
         for _ in range(200):  # at most 10 s
@@ -651,14 +691,14 @@ def test_the_document_session_is_released_when_idle_and_opened_again_for_the_nex
             threading.Event().wait(0.05)
         return False
 
-    assert released()  # opened at start to check that it works, then let go
+    texts = _tool_texts(40)
+    first = workers.embed_documents(texts)
+    assert workers.holds_document_session  # kept between the calls of one cold index
+    assert released()
     for _ in range(100):  # the release's thread trims right after it
         if trims:
             break
         threading.Event().wait(0.05)
     assert trims == [sys.platform.startswith("linux")]  # and the heap's free pages given back (glibc)
-    texts = _tool_texts(40)
-    first = workers.embed_documents(texts)
-    assert workers.holds_document_session  # kept between the calls of one cold index
-    assert released()
-    np.testing.assert_allclose(workers.embed_documents(texts), first, atol=1e-6)  # opened again
+    np.testing.assert_array_equal(workers.embed_documents(texts), first)
+    assert workers.holds_document_session  # opened again

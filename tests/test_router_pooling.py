@@ -15,6 +15,7 @@ from gateway.router.pooling import (
     MeanPoolingEncoder,
     cut_ids,
     document_session_options,
+    drop_model_bytes,
     length_batches,
     open_session,
     padded,
@@ -131,3 +132,29 @@ def test_the_shipped_tokenizer_is_read_as_fastembed_reads_it() -> None:
     assert [e.ids for e in ours.encode_batch(texts)] == [e.ids for e in theirs.encode_batch(texts)]
     assert len(ours.encode(texts[2]).ids) == 512
     assert ours.padding is None
+
+
+def test_an_opened_session_does_not_keep_the_model_bytes_and_embeds_as_one_that_does() -> None:
+    """ONNX Runtime's Python session keeps the bytes it was made from (23 MB for the bundled model)
+    only to be made again by `set_providers`: `open_session` lets them go, and the vectors stay."""
+    from gateway.router.model_graph import gather_before_dequantize
+    from gateway.router.pooling import load_tokenizer
+
+    model = default_model_source()
+    ours = open_session(model, session_options(1))
+    assert getattr(ours, "_model_bytes", None) is None
+    model_bytes = gather_before_dequantize(model.read_bytes())
+    theirs = ort.InferenceSession(model_bytes, sess_options=session_options(1), providers=["CPUExecutionProvider"])
+    del model_bytes
+    assert len(theirs._model_bytes) > 20_000_000  # what is let go (if ONNX Runtime stops keeping it, this says so)
+    texts = ["Create a GitHub issue", "list the open pull requests of a repository"]
+    vectors = [
+        MeanPoolingEncoder(session, load_tokenizer(ASSETS_DIR), max_query_tokens=16).embed_documents(texts, 8)
+        for session in (ours, theirs)
+    ]
+    np.testing.assert_array_equal(vectors[0], vectors[1])
+    assert drop_model_bytes(theirs) and not drop_model_bytes(theirs)
+    np.testing.assert_array_equal(
+        MeanPoolingEncoder(theirs, load_tokenizer(ASSETS_DIR), max_query_tokens=16).embed_documents(texts, 8),
+        vectors[0],
+    )

@@ -5,8 +5,11 @@ and a tokenizer opened as fastembed opens them, directly (`gateway.router.poolin
 itself loads neither unless `direct` is turned off; for the bundled model fastembed is not even
 imported until then: `tokenizers` reads its shipped tokenizer files), which is what cuts a
 query at `max_query_tokens` without cutting documents. Documents in bulk (more than one
-batch) run on a second, single-threaded session of the same model, one batch per core at
-once (`document_workers`): faster on a small CPU, and a query no longer waits for them.
+batch, once `DOCUMENT_SESSION_MIN_TEXTS` have come in one bulk) run on a second, single-threaded
+session of the same model, one batch per core at once (`document_workers`): faster on a small
+CPU, and a query no longer waits for them. A smaller bulk (a small catalog's cold index) runs
+batch by batch on the query session, a query between two batches: the second session (57 MB,
+a second or two to open) is not worth it there. The vectors are the same either way.
 
 How a model is chosen and loaded, and what a failure to load does: `gateway.router.model_loading`.
 
@@ -52,6 +55,12 @@ also the name used with `model_path` when `model` is unset."""
 QUERY_PRIORITY_SECONDS = 1.0
 """How long a document batch waits for queries waiting for the model before it runs anyway."""
 
+DOCUMENT_SESSION_MIN_TEXTS = 128
+"""Texts in bulk, counted over the calls of one bulk (less than `DOCUMENT_SESSION_IDLE_SECONDS`
+apart), from which the document session is opened. Two single-threaded runs side by side save
+about a sixth of the time of one two-threaded run (2 cores), and opening the session costs 1-2 s
+and 57 MB: below this, the query session runs them (the example config's 14 tools: never opened)."""
+
 DOCUMENT_SESSION_IDLE_SECONDS = 30.0
 """How long the document session is kept after the last call in bulk: the calls of one cold index
 come back to back, and a serving gateway gives the ~60 MB back (`GATEWAY_EMBEDDING__DOCUMENT_WORKERS`)."""
@@ -78,11 +87,12 @@ class FastEmbedEmbedder:
 
     Calls on the main session are serialized by a lock, so one instance may be used from
     any thread. Queries go first: document batches wait (up to `QUERY_PRIORITY_SECONDS`)
-    while a query waits for the model. Documents in bulk run on their own single-threaded
-    session by `document_workers` threads (default: one per core, or `threads`), and a
-    query meanwhile runs beside the batches in progress, single-threaded on that session
-    too, instead of after them; 1 runs every document on the main session, one batch at a
-    time, as before (and costs no second session).
+    while a query waits for the model. Documents in bulk (from `DOCUMENT_SESSION_MIN_TEXTS` in
+    one bulk) run on their own single-threaded session, opened for them, by `document_workers`
+    threads (default: one per core, or `threads`), and a query meanwhile runs beside the
+    batches in progress, single-threaded on that session too, instead of after them; a smaller
+    bulk runs on the main session batch by batch, a query between two batches. 1 runs every
+    document on the main session, one batch at a time, as before (and costs no second session).
     """
 
     def __init__(
@@ -150,11 +160,12 @@ class FastEmbedEmbedder:
             DOCUMENT_SESSION_IDLE_SECONDS if document_session_idle_seconds is None else document_session_idle_seconds
         )
         self._last_bulk = time.monotonic()
+        self._bulk_texts = 0
+        """Texts in bulk since the bulk began (`DOCUMENT_SESSION_MIN_TEXTS`)."""
         self._release_timer: threading.Timer | None = None
         self._use_encoder = True
         probe = self._run(["warm-up"])
         self._dim = int(probe.shape[1])
-        self._schedule_release()  # opened to check it works; held only while documents come in bulk
 
     def _fastembed(self) -> Any:
         """fastembed's `TextEmbedding` of the model, made on first use."""
@@ -183,7 +194,10 @@ class FastEmbedEmbedder:
 
     @property
     def document_workers(self) -> int:
-        """How many document batches run at once (1: one at a time, on the main session)."""
+        """How many document batches run at once (1: one at a time, on the main session; also once
+        the document session failed to open)."""
+        if self._encoder is None or not self._encoder.has_document_session:
+            return 1
         return self._document_workers
 
     @property
@@ -210,19 +224,14 @@ class FastEmbedEmbedder:
         with self._lock:
             return self._encoder.token_vectors(text, max_tokens)
 
-    def _document_session_open(self) -> bool:
-        """Open the document session again if it was released; False (logged) if it cannot be."""
+    def _worth_a_document_session(self, texts: int) -> bool:
+        """Count `texts` into the current bulk (a new one after `document_session_idle_seconds`
+        without); True if the document session is open or the bulk reached `DOCUMENT_SESSION_MIN_TEXTS`."""
         assert self._encoder is not None
-        try:
-            return self._encoder.open_document_session() is not None
-        except Exception as e:  # noqa: BLE001 - onnxruntime raises anything; the main session works
-            logger.warning(
-                "router: the document session could not be opened again (%s: %s); these documents run one "
-                "batch at a time on the query session",
-                type(e).__name__,
-                e,
-            )
-            return False
+        if time.monotonic() - self._last_bulk >= self._release_after:
+            self._bulk_texts = 0
+        self._bulk_texts += texts
+        return self._encoder.document_session is not None or self._bulk_texts >= DOCUMENT_SESSION_MIN_TEXTS
 
     def _schedule_release(self) -> None:
         """Release the document session once no bulk call has come for `document_session_idle_seconds`
@@ -260,10 +269,10 @@ class FastEmbedEmbedder:
             self._queries_changed.wait_for(lambda: self._waiting_queries == 0, timeout=QUERY_PRIORITY_SECONDS)
 
     def _run(self, texts: list[str]) -> Matrix:
-        if self.direct and self._document_workers > 1 and len(texts) > self._batch_size:
+        if self.direct and self.document_workers > 1 and len(texts) > self._batch_size:
             assert self._encoder is not None
             with self._documents_lock:  # one bulk call at a time: its workers have the cores
-                if self._document_session_open():
+                if self._worth_a_document_session(len(texts)) and self._encoder.open_document_session() is not None:
                     self._in_bulk = True
                     try:
                         return self._encoder.embed_documents(
@@ -273,6 +282,12 @@ class FastEmbedEmbedder:
                         self._in_bulk = False
                         self._last_bulk = time.monotonic()
                         self._schedule_release()
+                try:  # a small bulk: batch by batch on the query session, queries between the batches
+                    return self._encoder.embed_documents(
+                        texts, self._batch_size, before_batch=self._yield_to_queries, hold=self._lock
+                    )
+                finally:
+                    self._last_bulk = time.monotonic()
         self._yield_to_queries()
         with self._lock:
             if self.direct:

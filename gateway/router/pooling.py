@@ -34,6 +34,7 @@ vector does not depend on its batch, its padding or the number of threads.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -56,6 +57,7 @@ __all__ = [
     "cut_ids",
     "document_session",
     "document_session_options",
+    "drop_model_bytes",
     "fastembed_encoder",
     "length_batches",
     "load_tokenizer",
@@ -131,7 +133,22 @@ def open_session(model_file: Path, options: Any, *, int8_matmul: bool = False) -
     model = gather_before_dequantize(model_file.read_bytes())
     if int8_matmul:
         model = int8_matmuls(model)
-    return ort.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"])
+    drop_model_bytes(session)
+    return session
+
+
+def drop_model_bytes(session: Any) -> bool:
+    """Let go of the model bytes that ONNX Runtime's Python `InferenceSession` keeps; True if it held them.
+
+    A session made from bytes keeps them (`_model_bytes`, "holding the memory indefinitely" says
+    its own comment) only to be made again by `set_providers`, which the router never calls: for
+    the bundled model that is 23 MB a session for nothing (docs/benchmarks.md, "Memory"). The
+    session has its own copy of the weights; its runs do not read them."""
+    if getattr(session, "_model_bytes", None) is None:
+        return False
+    session._model_bytes = None
+    return True
 
 
 def document_session(model_file: Path, *, int8_matmul: bool = False) -> Any:
@@ -233,9 +250,22 @@ class MeanPoolingEncoder:
         return self.document_session is not None or self._open_document_session is not None
 
     def open_document_session(self) -> Any | None:
-        """The document session, opened again if it was released (None if there is none)."""
+        """The document session, opened if it is not open (None if there is none).
+
+        If it cannot be opened, that is logged once as a warning and it is not tried again:
+        documents then run on the main session."""
         if self.document_session is None and self._open_document_session is not None:
-            self.document_session = self._open_document_session()
+            try:
+                self.document_session = self._open_document_session()
+            except Exception as e:  # noqa: BLE001 - onnxruntime raises anything; the main session works
+                self._open_document_session = None
+                logger.warning(
+                    "router: no second session of the model for document workers (%s: %s); documents are "
+                    "embedded one batch at a time on the query session (set GATEWAY_EMBEDDING__DOCUMENT_WORKERS=1 "
+                    "to skip the attempt)",
+                    type(e).__name__,
+                    e,
+                )
         return self.document_session
 
     def release_document_session(self) -> None:
@@ -253,23 +283,28 @@ class MeanPoolingEncoder:
         *,
         workers: int = 1,
         before_batch: Callable[[], None] | None = None,
+        hold: contextlib.AbstractContextManager[Any] | None = None,
     ) -> Matrix:
         """Rows in input order; batches of texts with similar numbers of word pieces.
 
         With `workers` > 1, a `document_session` and more than one batch, the batches are
         run by that many threads on the document session; otherwise one after the other on
         the main session. `before_batch` is called before each batch is run (the embedder
-        lets waiting queries go first there). After a batch of more than `ARENA_KEEP_TOKENS`
-        padded word pieces, the arena of the session that ran them is shrunk after the last one."""
+        lets waiting queries go first there); `hold` (the caller's lock of the main session)
+        is held while each batch runs on the main session, and only then. After a batch of more
+        than `ARENA_KEEP_TOKENS` padded word pieces, the arena of the session that ran them is
+        shrunk after the last one."""
         encoded = self.tokenize_documents(texts)
         batches = length_batches([len(ids) for ids in encoded], batch_size)
         session = self.document_session if workers > 1 and len(batches) > 1 else None
+        held = hold if hold is not None and session is None else contextlib.nullcontext()
 
         def run(batch: list[int]) -> Matrix:
             if before_batch is not None:
                 before_batch()
             ids, mask = padded([encoded[i] for i in batch])
-            return self._run(ids, mask, session)
+            with held:
+                return self._run(ids, mask, session)
 
         if session is not None:
             with ThreadPoolExecutor(max_workers=min(workers, len(batches)), thread_name_prefix="embed") as pool:
@@ -277,7 +312,8 @@ class MeanPoolingEncoder:
         else:
             vectors = [run(batch) for batch in batches]
         if any(len(batch) * max(len(encoded[i]) for i in batch) > ARENA_KEEP_TOKENS for batch in batches):
-            shrink_arena(session or self._session)
+            with held:
+                shrink_arena(session or self._session)
         if not vectors:
             return np.zeros((0, 0), dtype=np.float32)
         result = np.empty((len(encoded), vectors[0].shape[1]), dtype=np.float32)
@@ -326,29 +362,16 @@ def mean_pooling_encoder(
 ) -> MeanPoolingEncoder:
     """A `MeanPoolingEncoder` of `model_file` and `tokenizer`: its session (`threads`, as fastembed
     would open it) and, with `document_workers` > 1, a single-threaded `document_session` of the
-    same file (none, logged, if it cannot be opened: documents then run on the main session);
+    same file, opened when documents first come in bulk (`MeanPoolingEncoder.open_document_session`),
+    not here: a gateway whose index comes from the cache, or is small, never holds it;
     `int8_matmul`: both run their matrix weights int8 (`open_session`)."""
     session = open_session(model_file, session_options(threads), int8_matmul=int8_matmul)
-    documents = None
-    if document_workers > 1:
-        try:
-            documents = document_session(model_file, int8_matmul=int8_matmul)
-        except Exception as e:  # noqa: BLE001 - onnxruntime raises anything; the main session works
-            logger.warning(
-                "router: no second session of %s for document workers (%s: %s); documents are embedded "
-                "one batch at a time on the query session (set GATEWAY_EMBEDDING__DOCUMENT_WORKERS=1 to "
-                "skip the attempt)",
-                model_file,
-                type(e).__name__,
-                e,
-            )
     return MeanPoolingEncoder(
         session,
         tokenizer,
         max_query_tokens=max_query_tokens,
-        document_session=documents,
         open_document_session=partial(document_session, model_file, int8_matmul=int8_matmul)
-        if documents is not None
+        if document_workers > 1
         else None,
     )
 
