@@ -24,7 +24,7 @@ from mcp import StdioServerParameters
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
-from gateway.upstreams.lean_calls import LeanCalls, StdioLean
+from gateway.upstreams.lean_wire import LeanCalls, StdioLean
 from gateway.upstreams.message_bounds import DEFAULT_MAX_MESSAGE_BYTES, SETTING, LineBuffer
 
 __all__ = ["GRACE_SECONDS", "kill_process_group", "stdio_child"]
