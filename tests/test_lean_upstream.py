@@ -22,6 +22,8 @@ import mcp_types as types
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+from mcp_types import methods as _methods
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from gateway.config.loader import load_config
@@ -32,6 +34,7 @@ from gateway.registry import Registry
 from gateway.server_specs import specs_from_config
 from gateway.upstreams import lean_calls
 from gateway.upstreams.lean_calls import channel_of
+from gateway.upstreams.lean_results import quick_shape
 from tests.conftest import NO_EMBEDDINGS, REPO, start_gateway_http, start_script_http, stop_process, write_config
 
 pytestmark = pytest.mark.anyio
@@ -96,7 +99,7 @@ async def outcome(registry: Registry, name: str, arguments: dict[str, Any], **op
         result = await registry.call_tool(f"wire__{name}", arguments, **options)
     except GatewayError as exc:
         return type(exc).__name__, exc.code, exc.message
-    except ValidationError as exc:  # raised as the SDK raises it
+    except (ValidationError, RuntimeError) as exc:  # raised as the SDK raises it
         return type(exc).__name__, "", str(exc)
     return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
@@ -156,6 +159,60 @@ async def test_a_too_large_result_is_refused_the_same_way(tmp_path: Path, kind: 
 async def test_a_malformed_result_fails_the_same_clear_way(tmp_path: Path, kind: str) -> None:
     name, _code, message = await both(tmp_path, kind, call("malformed"))
     assert name == "ValidationError" and "CallToolResult" in message and "content" in message
+
+
+@pytest.mark.parametrize("kind", ("stdio", "json"))
+async def test_structured_content_its_output_schema_refuses_fails_the_same_way(tmp_path: Path, kind: str) -> None:
+    async def scenario(registry: Registry, log: Path) -> Any:
+        return [await outcome(registry, "mismatch", {}), await outcome(registry, "structured", {"a": 1, "b": 1})]
+
+    (name, _code, message), fine = await both(tmp_path, kind, scenario)
+    assert name == "RuntimeError" and "Invalid structured content returned by tool mismatch" in message
+    assert "'five' is not of type 'integer'" in message and fine["structuredContent"] == {"sum": 2}
+
+
+SHAPES = {
+    "tools/call": [
+        {"content": [{"type": "text", "text": "x"}], "structuredContent": {"a": 1}, "isError": False},
+        {"content": [{"type": "image", "data": "AA==", "mimeType": "image/png"}]},
+        {"content": [{"type": "text", "text": "x", "annotations": {"priority": 7}}]},
+        {"content": "not a list"},
+        {"content": [], "isError": "no"},
+    ],
+    "resources/read": [
+        {"contents": [{"uri": "a:/b", "text": "t", "mimeType": "text/plain"}]},
+        {"contents": [{"uri": "a:/b", "blob": "AA=="}]},
+        {"contents": [{"uri": 5, "text": "t"}]},
+    ],
+    "prompts/get": [
+        {"description": "d", "messages": [{"role": "user", "content": {"type": "text", "text": "t"}}]},
+        {"messages": [{"role": "nobody", "content": {"type": "text", "text": "t"}}]},
+        {"messages": [{"role": "user"}]},
+    ],
+}
+ENVELOPES = [
+    {},
+    {"_meta": {"io.modelcontextprotocol/serverInfo": {"name": "up", "version": "1"}}},
+    {"_meta": {"other": 1}},
+    {"resultType": "complete"},
+    {"resultType": "input_required"},
+    {"resultType": "complete", "ttlMs": 5, "cacheScope": "public"},
+    {"resultType": "complete", "ttlMs": -5, "cacheScope": "public"},
+]
+
+
+def test_a_quick_shape_is_one_the_sdk_accepts_in_every_version() -> None:
+    """`lean_results.quick_shape` skips the SDK's check only where the check passes; and it does
+    skip it for the common shapes of each era."""
+    quick = set()
+    for (method, version), _row in _methods.SERVER_RESULTS.items():
+        for body in SHAPES.get(method, []):
+            for envelope in ENVELOPES:
+                raw = body | envelope
+                if quick_shape(method, version, raw):
+                    _methods.validate_server_result(method, version, raw)  # raises if the SDK would refuse it
+                    quick.add((method, version in MODERN_PROTOCOL_VERSIONS))
+    assert quick == {(method, modern) for method in SHAPES for modern in (False, True)}
 
 
 async def _cancellations(log: Path) -> list[str]:

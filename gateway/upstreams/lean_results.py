@@ -3,9 +3,9 @@
 `ClientSession.send_request` validates every result twice (against the negotiated version's
 schema, then as its result type) and `validate_tool_result` runs jsonschema on a tool's
 structured content each call. Here the first step is skipped for the shapes that pass it for
-certain (`quick_shape`: text blocks, text resource contents, text prompt messages, in a
-handshake-era session), and a tool's output schema is compiled once into a "valid for sure"
-predicate (`gateway.quick_check`). Anything else, and every error, is the SDK's own code: the
+certain (`quick_shape`: text blocks, text resource contents, text prompt messages, in either
+era), and a tool's output schema is compiled once into a "valid for sure" predicate
+(`gateway.quick_check`). Anything else, and every error, is the SDK's own code: the
 results and the errors stay exactly those of the SDK's client.
 """
 
@@ -29,6 +29,10 @@ _TEXT_BLOCK = frozenset({"type", "text"})
 _TEXT_CONTENTS = frozenset({"uri", "mimeType", "text"})
 _MESSAGE = frozenset({"role", "content"})
 _ROLES = frozenset({"user", "assistant"})
+_ENVELOPE = frozenset({"_meta", "resultType", "ttlMs", "cacheScope"})
+_LATER = frozenset({"resultType", "ttlMs", "cacheScope"})
+"""2026-07-28's result fields: a handshake-era session drops them (the SDK's path)."""
+_META = frozenset({"io.modelcontextprotocol/serverInfo"})
 
 
 def _text_block(block: Any) -> bool:
@@ -51,7 +55,7 @@ def _tool_result(raw: dict[str, Any]) -> bool:
         elif key == "isError":
             if type(value) is not bool:
                 return False
-        elif key != "content":
+        elif key != "content" and key not in _ENVELOPE:
             return False
     return True
 
@@ -68,7 +72,11 @@ def _resource_contents(item: Any) -> bool:
 
 def _resource_result(raw: dict[str, Any]) -> bool:
     contents = raw.get("contents")
-    return raw.keys() == {"contents"} and type(contents) is list and all(_resource_contents(c) for c in contents)
+    return (
+        raw.keys() - _ENVELOPE == {"contents"}
+        and type(contents) is list
+        and all(_resource_contents(c) for c in contents)
+    )
 
 
 def _message(item: Any) -> bool:
@@ -79,7 +87,7 @@ def _prompt_result(raw: dict[str, Any]) -> bool:
     messages = raw.get("messages")
     if type(messages) is not list or not all(_message(m) for m in messages):
         return False
-    return raw.keys() <= {"messages", "description"} and type(raw.get("description", "")) is str
+    return raw.keys() - _ENVELOPE <= {"messages", "description"} and type(raw.get("description", "")) is str
 
 
 _SHAPES: dict[str, Callable[[dict[str, Any]], bool]] = {
@@ -89,11 +97,29 @@ _SHAPES: dict[str, Callable[[dict[str, Any]], bool]] = {
 }
 
 
+def _envelope(method: str, modern: bool, raw: dict[str, Any]) -> bool:
+    """The fields around the result's own: `_meta` (only the server's identity), and on 2026-07-28
+    a complete `resultType` (with a resource's cache hints), which a handshake-era result lacks."""
+    if "_meta" in raw:
+        meta = raw["_meta"]
+        if type(meta) is not dict or not meta.keys() <= _META or type(next(iter(meta.values()), {})) is not dict:
+            return False
+    if not modern:
+        return _LATER.isdisjoint(raw)
+    if raw.get("resultType") != "complete":
+        return False
+    if method != "resources/read":
+        return "ttlMs" not in raw and "cacheScope" not in raw
+    ttl = raw.get("ttlMs")
+    return type(ttl) is int and ttl >= 0 and raw.get("cacheScope") in ("private", "public")
+
+
 def quick_shape(method: str, version: str, raw: dict[str, Any]) -> bool:
-    """Whether `raw` passes the negotiated version's result schema for sure (then the SDK's check
-    is skipped). Only handshake-era versions: 2026-07-28 requires fields these shapes lack."""
+    """Whether `raw` passes the negotiated version's result schema for sure: the common shapes
+    (text blocks, text resource contents, text prompt messages); then the SDK's check is skipped."""
     shape = _SHAPES.get(method)
-    return shape is not None and version not in MODERN_PROTOCOL_VERSIONS and shape(raw)
+    modern = version in MODERN_PROTOCOL_VERSIONS
+    return shape is not None and _envelope(method, modern, raw) and shape(raw)
 
 
 def validated(session: Any, method: str, raw: dict[str, Any], adapter: Any) -> Any:

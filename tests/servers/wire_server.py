@@ -26,9 +26,25 @@ Ask = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 OBJECT = {"type": "object"}
 TOOLS = [
     {"name": name, "inputSchema": OBJECT}
-    for name in ("text", "structured", "error", "image", "progress", "sample", "big", "malformed", "slow", "forget")
+    for name in (
+        "text",
+        "structured",
+        "error",
+        "image",
+        "progress",
+        "sample",
+        "big",
+        "malformed",
+        "slow",
+        "forget",
+        "mismatch",
+    )
 ]
-TOOLS[1]["outputSchema"] = {"type": "object", "properties": {"sum": {"type": "integer"}}, "required": ["sum"]}
+TOOLS[1]["outputSchema"] = TOOLS[10]["outputSchema"] = {
+    "type": "object",
+    "properties": {"sum": {"type": "integer"}},
+    "required": ["sum"],
+}
 RESOURCES = [
     {"uri": f"wire://{kind}", "name": kind}
     for kind in ("text", "blob", "big", "malformed", "slow", "sample", "forget", "unknown")
@@ -79,6 +95,8 @@ class Wire:
         if name == "structured":
             total = int(args.get("a", 0)) + int(args.get("b", 0))
             return {"content": [{"type": "text", "text": str(total)}], "structuredContent": {"sum": total}}
+        if name == "mismatch":  # structured content that its output schema refuses
+            return {"content": [{"type": "text", "text": "five"}], "structuredContent": {"sum": "five"}}
         if name == "error":
             return {"content": [{"type": "text", "text": "it failed"}], "isError": True}
         if name == "image":
