@@ -20,7 +20,8 @@ every request to the SDK.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import anyio
@@ -31,6 +32,7 @@ from mcp.client.session import _GetPromptResultAdapter, _ReadResourceResultAdapt
 from mcp.shared._otel import inject_trace_context, otel_span
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
 from gateway.upstreams.lean_post import HttpLean
@@ -86,7 +88,10 @@ async def _send(
     params = data["params"]
     request_id = channel.next_id()
     target = params.get("name")
-    with otel_span(
+    traced = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)  # a provider is installed
+    # Without one the SDK's span is a no-op whose (invalid) context injects nothing: skipped alike.
+    span = otel_span if traced else _no_span
+    with span(
         f"MCP send {method}{f' {target}' if isinstance(target, str) else ''}",
         kind=SpanKind.CLIENT,
         attributes={"mcp.method.name": method, "jsonrpc.request.id": request_id},
@@ -94,13 +99,19 @@ async def _send(
         out_meta = dict(params.get("_meta") or {})
         if progress is not None:
             out_meta["progressToken"] = request_id
-        inject_trace_context(out_meta)
+        if traced:
+            inject_trace_context(out_meta)
         if out_meta:
             params["_meta"] = out_meta
         message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
         headers = opts.get("headers") or {}
         result: dict[str, Any] = await _exchange(client, channel, request_id, message, headers, progress)
         return result
+
+
+@contextmanager
+def _no_span(name: str, *, kind: SpanKind, attributes: dict[str, Any]) -> Iterator[None]:
+    yield
 
 
 async def _exchange(

@@ -12,15 +12,15 @@ HTTP's is `gateway.upstreams.lean_post.HttpLean`.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
-import math
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 import mcp_types as types
 import orjson
-from anyio.streams.memory import MemoryObjectSendStream
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
@@ -79,7 +79,7 @@ class StdioLean(LeanCalls):
     def __init__(self, on_log: OnLog | None = None) -> None:
         super().__init__(on_log)
         self._write: Callable[[bytes], Awaitable[None]] | None = None
-        self._pending: dict[str, MemoryObjectSendStream[Any]] = {}
+        self._pending: dict[str, _Waiting] = {}
         self._ended = False
 
     def attach(self, write: Callable[[bytes], Awaitable[None]]) -> None:
@@ -117,7 +117,7 @@ class StdioLean(LeanCalls):
             target = self._pending.get(request_id) if isinstance(request_id, str) else None
             if target is None:
                 return False
-            target.send_nowait(message)
+            target.put(message)
             return True
         params = message.get("params")
         if message.get("method") != "notifications/progress" or not isinstance(params, dict):
@@ -126,7 +126,7 @@ class StdioLean(LeanCalls):
         target = self._pending.get(token) if isinstance(token, str) else None
         if target is None:
             return False
-        target.send_nowait(params)
+        target.put(params)
         return True
 
     def end(self) -> None:
@@ -138,26 +138,57 @@ class StdioLean(LeanCalls):
     async def exchange(self, request_id: str, message: dict[str, Any], headers: dict[str, str], progress: Any) -> Any:
         if self._ended or self._write is None:
             raise closed_error()
-        send, receive = anyio.create_memory_object_stream[dict[str, Any]](math.inf)
-        self._pending[request_id] = send
+        waiting = self._pending[request_id] = _Waiting()
         try:
             try:
                 await self._write(orjson.dumps(message) + b"\n")
             except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 raise closed_error() from None
             while True:
-                try:
-                    answer = await receive.receive()
-                except anyio.EndOfStream:
-                    raise closed_error() from None
+                answer = await waiting.get()
                 if "progressToken" in answer:
                     await report(progress, answer)
                     continue
                 return outcome(answer)
         finally:
             del self._pending[request_id]
-            send.close()
-            receive.close()
+
+
+class _Waiting:
+    """One lean request's answer and progress reports, in the order the stdout reader saw them: a
+    queue woken by a future (an anyio memory stream pair a request cost more than the rest of its wait)."""
+
+    __slots__ = ("_items", "_wake", "_ended")
+
+    def __init__(self) -> None:
+        self._items: deque[dict[str, Any]] = deque()
+        self._wake: asyncio.Future[None] | None = None
+        self._ended = False
+
+    def _wake_up(self) -> None:
+        wake = self._wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+
+    def put(self, item: dict[str, Any]) -> None:
+        self._items.append(item)
+        self._wake_up()
+
+    def close(self) -> None:
+        self._ended = True
+        self._wake_up()
+
+    async def get(self) -> dict[str, Any]:
+        """The next item; `Connection closed` once the reader ended with nothing left."""
+        while not self._items:
+            if self._ended:
+                raise closed_error()
+            self._wake = asyncio.get_running_loop().create_future()
+            try:
+                await self._wake
+            finally:
+                self._wake = None
+        return self._items.popleft()
 
 
 def outcome(answer: dict[str, Any]) -> Any:
