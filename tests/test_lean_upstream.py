@@ -3,7 +3,8 @@
 Each scenario runs twice against a fresh real server (`tests/servers/wire_server.py`: a stdio
 child, an HTTP server answering with JSON, one answering with SSE): once with
 `upstreams.lean_calls` on, once off; the outcomes (results, gateway errors, progress reports,
-cancellations the server saw) must be identical, and must be what the scenario expects.
+cancellations the server saw) must be identical, and must be what the scenario expects. Tool calls,
+resource reads and prompts alike (`gateway.upstreams.lean_calls`' three requests).
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ import anyio
 import mcp_types as types
 import pytest
 from mcp import Client
+from mcp.shared.exceptions import MCPError
+from mcp_types import methods as _methods
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from gateway.config.loader import load_config
@@ -28,7 +32,9 @@ from gateway.config.settings import Settings
 from gateway.errors import GatewayError
 from gateway.registry import Registry
 from gateway.server_specs import specs_from_config
+from gateway.upstreams import lean_calls
 from gateway.upstreams.lean_calls import channel_of
+from gateway.upstreams.lean_results import quick_shape
 from tests.conftest import NO_EMBEDDINGS, REPO, start_gateway_http, start_script_http, stop_process, write_config
 
 pytestmark = pytest.mark.anyio
@@ -93,7 +99,7 @@ async def outcome(registry: Registry, name: str, arguments: dict[str, Any], **op
         result = await registry.call_tool(f"wire__{name}", arguments, **options)
     except GatewayError as exc:
         return type(exc).__name__, exc.code, exc.message
-    except ValidationError as exc:  # raised as the SDK raises it
+    except (ValidationError, RuntimeError) as exc:  # raised as the SDK raises it
         return type(exc).__name__, "", str(exc)
     return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
@@ -155,6 +161,60 @@ async def test_a_malformed_result_fails_the_same_clear_way(tmp_path: Path, kind:
     assert name == "ValidationError" and "CallToolResult" in message and "content" in message
 
 
+@pytest.mark.parametrize("kind", ("stdio", "json"))
+async def test_structured_content_its_output_schema_refuses_fails_the_same_way(tmp_path: Path, kind: str) -> None:
+    async def scenario(registry: Registry, log: Path) -> Any:
+        return [await outcome(registry, "mismatch", {}), await outcome(registry, "structured", {"a": 1, "b": 1})]
+
+    (name, _code, message), fine = await both(tmp_path, kind, scenario)
+    assert name == "RuntimeError" and "Invalid structured content returned by tool mismatch" in message
+    assert "'five' is not of type 'integer'" in message and fine["structuredContent"] == {"sum": 2}
+
+
+SHAPES = {
+    "tools/call": [
+        {"content": [{"type": "text", "text": "x"}], "structuredContent": {"a": 1}, "isError": False},
+        {"content": [{"type": "image", "data": "AA==", "mimeType": "image/png"}]},
+        {"content": [{"type": "text", "text": "x", "annotations": {"priority": 7}}]},
+        {"content": "not a list"},
+        {"content": [], "isError": "no"},
+    ],
+    "resources/read": [
+        {"contents": [{"uri": "a:/b", "text": "t", "mimeType": "text/plain"}]},
+        {"contents": [{"uri": "a:/b", "blob": "AA=="}]},
+        {"contents": [{"uri": 5, "text": "t"}]},
+    ],
+    "prompts/get": [
+        {"description": "d", "messages": [{"role": "user", "content": {"type": "text", "text": "t"}}]},
+        {"messages": [{"role": "nobody", "content": {"type": "text", "text": "t"}}]},
+        {"messages": [{"role": "user"}]},
+    ],
+}
+ENVELOPES = [
+    {},
+    {"_meta": {"io.modelcontextprotocol/serverInfo": {"name": "up", "version": "1"}}},
+    {"_meta": {"other": 1}},
+    {"resultType": "complete"},
+    {"resultType": "input_required"},
+    {"resultType": "complete", "ttlMs": 5, "cacheScope": "public"},
+    {"resultType": "complete", "ttlMs": -5, "cacheScope": "public"},
+]
+
+
+def test_a_quick_shape_is_one_the_sdk_accepts_in_every_version() -> None:
+    """`lean_results.quick_shape` skips the SDK's check only where the check passes; and it does
+    skip it for the common shapes of each era."""
+    quick = set()
+    for (method, version), _row in _methods.SERVER_RESULTS.items():
+        for body in SHAPES.get(method, []):
+            for envelope in ENVELOPES:
+                raw = body | envelope
+                if quick_shape(method, version, raw):
+                    _methods.validate_server_result(method, version, raw)  # raises if the SDK would refuse it
+                    quick.add((method, version in MODERN_PROTOCOL_VERSIONS))
+    assert quick == {(method, modern) for method in SHAPES for modern in (False, True)}
+
+
 async def _cancellations(log: Path) -> list[str]:
     with anyio.fail_after(10):
         while not (log.exists() and "cancelled" in log.read_text()):
@@ -208,7 +268,7 @@ def _sampler(context: Any, params: types.CreateMessageRequestParams) -> Awaitabl
 
 
 @pytest.mark.parametrize("kind", ("stdio", "sse"))
-async def test_a_sampling_request_during_a_call_reaches_the_client_on_both_paths(tmp_path: Path, kind: str) -> None:
+async def test_a_sampling_request_during_a_request_reaches_the_client_on_both_paths(tmp_path: Path, kind: str) -> None:
     answers = []
     for lean in ("true", "false"):
         run = tmp_path / lean
@@ -221,11 +281,24 @@ async def test_a_sampling_request_during_a_call_reaches_the_client_on_both_paths
                 with anyio.fail_after(30):
                     async with Client(url, mode="legacy", sampling_callback=_sampler) as client:
                         result = await client.call_tool("wire__sample", {})
-                        answers.append(result.model_dump(mode="json", exclude={"meta"}))
+                        listed = await client.list_resources()
+                        uri = next(r.uri for r in listed.resources if r.uri.endswith("sample"))
+                        resource = await client.read_resource(uri)
+                        prompt = await client.get_prompt("wire__sample")
+                        answers.append(
+                            [
+                                result.model_dump(mode="json", exclude={"meta"}),
+                                resource.model_dump(mode="json", exclude={"meta"}),
+                                prompt.model_dump(mode="json", exclude={"meta"}),
+                            ]
+                        )
             finally:
                 stop_process(process)
     assert answers[0] == answers[1]
-    assert '"text": "4"' in answers[0]["content"][0]["text"], answers[0]
+    called, resource, prompt = answers[0]
+    assert '"text": "4"' in called["content"][0]["text"], called
+    assert '"text": "4"' in resource["contents"][0]["text"], resource
+    assert '"text": "4"' in prompt["messages"][0]["content"]["text"], prompt
 
 
 def test_the_one_lean_path_switch_turns_the_forwarding_off_too(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -236,3 +309,90 @@ def test_the_one_lean_path_switch_turns_the_forwarding_off_too(monkeypatch: pyte
     monkeypatch.setenv("GATEWAY_UPSTREAMS__LEAN_CALLS", "false")  # each part can still be turned off alone
     settings = Settings()
     assert (settings.http.lean_path, settings.upstreams.lean_calls) == (True, False)
+
+
+async def read(registry: Registry, what: str, kind: str, arg: str = "", timeout: float | None = None) -> Any:
+    """A resource's or a prompt's outcome through the upstream (the lean path when it is bound), as
+    JSON, or an error as (class, code, message)."""
+    upstream = registry.upstreams["wire"]
+    if what == "resource":
+        uri = f"wire://{kind}" + (f"/{arg}" if arg else "")
+        operation, send = f"resources/read {uri!r}", lambda c: lean_calls.read_resource(c, uri)
+    else:
+        arguments = {"arg": arg} if arg else None
+        operation, send = f"prompts/get {kind!r}", lambda c: lean_calls.get_prompt(c, kind, arguments)
+    try:
+        result = await upstream.request(operation, send, timeout=timeout)
+    except GatewayError as exc:
+        return type(exc).__name__, exc.code, exc.message
+    except MCPError as exc:
+        return type(exc).__name__, exc.code, exc.message
+    except ValidationError as exc:
+        return type(exc).__name__, "", str(exc)
+    return result.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_resources_and_prompts_read_the_same_on_both_paths(tmp_path: Path, kind: str) -> None:
+    async def scenario(registry: Registry, log: Path) -> Any:
+        return [
+            await read(registry, "resource", "text", "a"),
+            await read(registry, "resource", "blob"),
+            await read(registry, "resource", "unknown"),
+            await read(registry, "resource", "malformed"),
+            await read(registry, "prompt", "text", "b"),
+            await read(registry, "prompt", "unknown"),
+            await read(registry, "prompt", "malformed"),
+        ]
+
+    text, blob, unknown, malformed, prompt, no_prompt, bad_prompt = await both(tmp_path, kind, scenario)
+    assert text["contents"] == [{"uri": "wire://text", "mimeType": "text/plain", "text": "the resource a"}]
+    assert blob["contents"][0]["blob"] and blob["contents"][0]["mimeType"] == "image/png"
+    assert unknown == ("MCPError", -32002, "Resource not found: wire://unknown")
+    assert malformed[0] == "ValidationError" and "ReadResourceResult" in malformed[2]
+    assert prompt["messages"] == [{"role": "user", "content": {"type": "text", "text": "the prompt b"}}]
+    assert prompt["description"] == "text"
+    assert no_prompt == ("MCPError", -32602, "Unknown prompt: unknown")
+    assert bad_prompt[0] == "ValidationError" and "GetPromptResult" in bad_prompt[2]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_too_large_resource_or_prompt_is_refused_the_same_way(tmp_path: Path, kind: str) -> None:
+    async def scenario(registry: Registry, log: Path) -> Any:
+        found = []
+        for what in ("resource", "prompt"):
+            name, code, message = await read(registry, what, "big", str(2 * SMALLEST_BOUND))
+            found.append((name, code, re.sub(r"with [\d,]+ bytes", "with N bytes", message)))
+        return found
+
+    for name, code, message in await both(tmp_path, kind, scenario):
+        assert (name, code) == ("ResultTooLarge", "result_too_large")
+        assert "'wire'" in message and "GATEWAY_UPSTREAMS__MAX_MESSAGE_BYTES" in message
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("what", ["resource", "prompt"])
+async def test_a_timed_out_read_is_cancelled_upstream_on_both_paths(tmp_path: Path, kind: str, what: str) -> None:
+    async def scenario(registry: Registry, log: Path) -> Any:
+        timed_out = await read(registry, what, "slow", "30", timeout=0.5)
+        return timed_out, await _cancellations(log), await read(registry, what, "text", "again")
+
+    (name, _code, message), cancelled, after = await both(tmp_path, kind, scenario)
+    assert name == "UpstreamTimeout" and "wire" in message and cancelled == ["cancelled"]
+    assert "again" in json.dumps(after)
+
+
+@pytest.mark.parametrize("kind", ("json", "sse"))
+async def test_an_expired_session_under_a_read_is_reconnected_the_same_way(tmp_path: Path, kind: str) -> None:
+    async def scenario(registry: Registry, log: Path) -> Any:
+        first = await read(registry, "resource", "forget")
+        second = await read(registry, "prompt", "text", "later")
+        with anyio.fail_after(10):  # the supervisor re-makes the session
+            while (third := await read(registry, "resource", "text", "later")) and isinstance(third, tuple):
+                await anyio.sleep(0.1)
+        return first, second, third
+
+    first, second, third = await both(tmp_path, kind, scenario)
+    assert first["contents"][0]["text"] == "forgot"
+    assert second[0] == "UpstreamUnavailable", second
+    assert third["contents"][0]["text"] == "the resource later"

@@ -1,4 +1,4 @@
-"""The quick argument checks (`gateway.calls.quick_check`): a yes is always jsonschema's yes, and the
+"""The quick argument checks (`gateway.quick_check`): a yes is always jsonschema's yes, and the
 schemas tools commonly have get a quick yes for fitting arguments."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import jsonschema
 import mcp_types as types
 import pytest
 
-from gateway.calls.quick_check import quick_check
 from gateway.calls.validation import ArgumentValidator
+from gateway.quick_check import quick_check
 
 FASTMCP_ECHO = {
     "properties": {"text": {"title": "Text", "type": "string"}},

@@ -4,7 +4,7 @@ A model that gets an argument wrong learns which parameter and what the tool exp
 in one sentence, without a round trip to the upstream (which might have acted on a
 half-valid call). A schema the upstream got wrong itself is not held against the call:
 it is logged once and the call goes through unchecked. Arguments that a simple schema's quick
-check (`gateway.calls.quick_check`) finds valid skip jsonschema; the rest, and every error, are its.
+check (`gateway.quick_check`) finds valid skip jsonschema; the rest, and every error, are its.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from jsonschema.exceptions import SchemaError, ValidationError
 from jsonschema.protocols import Validator
 
 from gateway.calls.chain import CallHandler, ToolCall
-from gateway.calls.quick_check import QUICK_DRAFTS, Check, quick_check
 from gateway.errors import InvalidArguments
 from gateway.observability import tracing
+from gateway.quick_check import QUICK_DRAFTS, Check, quick_check
 
 __all__ = ["ArgumentValidator", "signature"]
 
@@ -33,7 +33,7 @@ class _Compiled(NamedTuple):
     validator: Validator | None
     """None: the schema is invalid, and calls go through unchecked."""
     quick: Check | None
-    """Valid for sure, without jsonschema (`gateway.calls.quick_check`); None: always ask jsonschema."""
+    """Valid for sure, without jsonschema (`gateway.quick_check`); None: always ask jsonschema."""
 
 
 class ArgumentValidator:

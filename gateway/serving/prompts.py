@@ -17,6 +17,7 @@ from gateway.serving.connect import caller_account
 from gateway.serving.pagination import page
 from gateway.serving.passthrough import as_protocol_error, expose_block, forwarded_meta
 from gateway.serving.startup import StartupWait
+from gateway.upstreams import lean_calls
 
 __all__ = ["PromptHandlers"]
 
@@ -56,7 +57,7 @@ class PromptHandlers:
                 token,
                 upstream,
                 f"prompts/get {params.name!r}",
-                lambda c: c.get_prompt(original, params.arguments, meta=forwarded_meta(ctx)),
+                lambda c: lean_calls.get_prompt(c, original, params.arguments, meta=forwarded_meta(ctx)),
                 account=caller_account(principal_in(ctx.request)),
             )
             messages = [

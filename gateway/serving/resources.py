@@ -21,6 +21,7 @@ from gateway.serving.notifications import Notifications
 from gateway.serving.pagination import page
 from gateway.serving.passthrough import as_protocol_error, forwarded_meta, rename_contents
 from gateway.serving.startup import StartupWait
+from gateway.upstreams import lean_calls
 from gateway.upstreams.upstream import Upstream
 
 __all__ = ["RESOURCE_NOT_FOUND", "ResourceHandlers"]
@@ -85,7 +86,7 @@ class ResourceHandlers:
                 token,
                 upstream,
                 f"resources/read {params.uri!r}",
-                lambda c: c.read_resource(original, meta=forwarded_meta(ctx), cache_mode="bypass"),
+                lambda c: lean_calls.read_resource(c, original, meta=forwarded_meta(ctx)),
                 account=caller_account(principal_in(ctx.request)),
             )
             return rename_contents(result, original, params.uri, upstream.spec.prefix)

@@ -21,12 +21,12 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx2
 
-__all__ = ["LeanTransport"]
+__all__ = ["LeanTransport", "Origin"]
 
 KEEPALIVE_EXPIRY = 4.0
 """Seconds an idle connection is kept: under uvicorn's 5 s keep-alive, so that the gateway
@@ -64,6 +64,8 @@ class _Conn:
 
 
 Origin = tuple[str, str, int]
+Writer = Callable[[asyncio.StreamWriter], Awaitable[None]]
+"""Sends one request on a connection (`LeanTransport.round_trip`)."""
 
 
 class _Body(httpx2.AsyncByteStream):
@@ -209,29 +211,48 @@ class LeanTransport(httpx2.AsyncBaseTransport):
         if scheme not in ("http", "https"):
             raise httpx2.UnsupportedProtocol(f"the lean transport speaks http and https, not {scheme!r}")
         origin: Origin = (scheme, url.host, url.port or (443 if scheme == "https" else 80))
-        timeouts = request.extensions.get("timeout", {})
         try:
             body: bytes | None = request.content
         except httpx2.RequestNotRead:
             body = None
         chunked = body is None and "content-length" not in request.headers
         head = self._head(request, chunked)
+
+        async def write(writer: asyncio.StreamWriter) -> None:
+            await _send(writer, head, body, request, chunked)
+
+        target = url.raw_path.decode("ascii", "replace")
+        status, reason, headers, stream = await self.round_trip(
+            origin, request.method, target, write, request.extensions.get("timeout", {})
+        )
+        return httpx2.Response(
+            status,
+            headers=headers,
+            stream=stream,
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason},
+        )
+
+    async def round_trip(
+        self, origin: Origin, method: str, target: str, write: Writer, timeouts: dict[str, Any]
+    ) -> tuple[int, bytes, list[tuple[bytes, bytes]], _Body]:
+        """One request on a kept-alive connection of `origin` (or a new one): `write` sends it,
+        the answer's status, reason, headers and body stream come back. What
+        `handle_async_request` does under httpx2, and `gateway.upstreams.lean_post` without it."""
         conn = self._acquire_idle(origin)
         if conn is not None:
             try:
-                return await self._exchange(request, origin, conn, head, body, timeouts)
+                return await self._exchange(method, origin, conn, write, timeouts)
             except _Stale as exc:
-                if request.method not in REPLAYABLE:
+                if method not in REPLAYABLE:
                     raise httpx2.RemoteProtocolError(
-                        f"{origin[1]}:{origin[2]} closed a kept-alive connection without answering "
-                        f"{request.method} {url.raw_path.decode('ascii', 'replace')}"
+                        f"{origin[1]}:{origin[2]} closed a kept-alive connection without answering {method} {target}"
                     ) from exc
         conn = await self._connect(origin, timeouts.get("connect"))
         try:
-            return await self._exchange(request, origin, conn, head, body, timeouts)
+            return await self._exchange(method, origin, conn, write, timeouts)
         except _Stale as exc:
             raise httpx2.RemoteProtocolError(
-                f"{origin[1]}:{origin[2]} closed the connection without answering {request.method}"
+                f"{origin[1]}:{origin[2]} closed the connection without answering {method}"
             ) from exc
 
     @staticmethod
@@ -245,27 +266,20 @@ class LeanTransport(httpx2.AsyncBaseTransport):
         return b"\r\n".join(lines) + b"\r\n\r\n"
 
     async def _exchange(
-        self,
-        request: httpx2.Request,
-        origin: Origin,
-        conn: _Conn,
-        head: bytes,
-        body: bytes | None,
-        timeouts: dict[str, Any],
-    ) -> httpx2.Response:
+        self, method: str, origin: Origin, conn: _Conn, write: Writer, timeouts: dict[str, Any]
+    ) -> tuple[int, bytes, list[tuple[bytes, bytes]], _Body]:
         writer, reader = conn.writer, conn.reader
-        send_chunked = body is None and "content-length" not in request.headers
         try:
             try:
                 async with asyncio.timeout(timeouts.get("write")):
-                    await _send(writer, head, body, request, send_chunked)
+                    await write(writer)
             except TimeoutError as exc:
                 raise httpx2.WriteTimeout(f"timed out sending to {origin[1]}:{origin[2]}") from exc
             try:
                 async with asyncio.timeout(timeouts.get("read")):
                     while True:  # an informational answer (103 Early Hints...) comes before the real one
                         raw = await reader.readuntil(b"\r\n\r\n")
-                        status, reason, headers, length, chunked, keep = _parse_head(raw, request.method, origin)
+                        status, reason, headers, length, chunked, keep = _parse_head(raw, method, origin)
                         if not 100 <= status < 200 or status == 101:
                             break
             except TimeoutError as exc:
@@ -283,12 +297,7 @@ class LeanTransport(httpx2.AsyncBaseTransport):
         stream = _Body(self, origin, conn, length, chunked, keep, timeouts.get("read"))
         if length == 0 and not chunked:
             stream._done()
-        return httpx2.Response(
-            status,
-            headers=headers,
-            stream=stream,
-            extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason},
-        )
+        return status, reason, headers, stream
 
     async def aclose(self) -> None:
         self._closed = True

@@ -9,6 +9,7 @@ is signalled on every exit path: SIGTERM, a grace period, then SIGKILL to whatev
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -24,7 +25,7 @@ from mcp import StdioServerParameters
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
-from gateway.upstreams.lean_calls import LeanCalls, StdioLean
+from gateway.upstreams.lean_wire import LeanCalls, StdioLean
 from gateway.upstreams.message_bounds import DEFAULT_MAX_MESSAGE_BYTES, SETTING, LineBuffer
 
 __all__ = ["GRACE_SECONDS", "kill_process_group", "stdio_child"]
@@ -36,6 +37,8 @@ GRACE_SECONDS = 2.0
 _POLL = 0.02
 EXIT_POLL_SECONDS = 0.1
 """How often a running child's exit status is checked."""
+WRITE_BUFFER = 256 * 1024
+"""Bytes queued for a child's stdin past which a write waits for it to read (then through the lock)."""
 
 
 @asynccontextmanager
@@ -68,12 +71,27 @@ async def stdio_child(
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
     writing = anyio.Lock()
+    stdin = getattr(process.stdin, "_stream", None)
+    """The asyncio `StreamWriter` under anyio's wrapper, when it is one (`write`)."""
 
     async def write(data: bytes) -> None:
-        """One whole message to stdin: the SDK's and the lean calls' writes never interleave."""
+        """One whole message to stdin: the SDK's and the lean calls' writes never interleave. On
+        asyncio's writer, a message goes in one synchronous `write` (whole, in order), and only a
+        full pipe is waited for; anyio's `send` costs a lock, a drain and a checkpoint each time."""
         assert process.stdin is not None
-        async with writing:
-            await process.stdin.send(data)
+        if not isinstance(stdin, asyncio.StreamWriter) or writing.locked():
+            async with writing:
+                await process.stdin.send(data)
+            return
+        if stdin.is_closing():
+            raise anyio.BrokenResourceError
+        try:
+            stdin.write(data)
+        except (ConnectionResetError, BrokenPipeError, RuntimeError) as exc:
+            raise anyio.BrokenResourceError from exc
+        if stdin.transport.get_write_buffer_size() > WRITE_BUFFER:
+            async with writing:  # later writes queue behind this one until the child reads
+                await process.stdin.send(b"")
 
     def end_lean() -> None:
         if lean is not None:

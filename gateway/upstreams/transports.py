@@ -25,8 +25,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT, create_mcp_http_client
 from opentelemetry import propagate, trace
 
-from gateway.upstreams.lean_calls import HttpLean, LeanCalls, merged_reads
 from gateway.upstreams.lean_http import LeanTransport
+from gateway.upstreams.lean_post import DirectPost, HttpLean, merged_reads
+from gateway.upstreams.lean_wire import LeanCalls
 from gateway.upstreams.message_bounds import DEFAULT_MAX_MESSAGE_BYTES, bound_responses
 
 __all__ = ["HttpClientKind", "http_transport", "proxy_for", "upstream_http_client", "watched"]
@@ -146,7 +147,13 @@ async def http_transport(
             if not isinstance(lean, HttpLean):
                 yield streams
                 return
-            lean.attach(http_client)
+            direct = None
+            transport = getattr(http_client, "_transport", None)
+            if auth is None and isinstance(transport, LeanTransport):
+                # Nothing but the hooks above sits on this client: its POSTs may skip it (`lean_post`).
+                timeout = http_client.timeout
+                direct = DirectPost(transport, url, http_client.headers, timeout, on_status, max_message_bytes, server)
+            lean.attach(http_client, direct)
             async with merged_reads(streams[0], lean) as read:
                 yield read, streams[1]
 

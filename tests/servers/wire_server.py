@@ -3,7 +3,9 @@
 `stdio`, or `http --answer json|sse` on 127.0.0.1 (prints `PORT=<n>`). Its tools answer with text,
 structured content, an error result, an image, progress, a sampling request in the middle of the
 call, a result of `size` bytes, a result that is not a valid `CallToolResult`, or after `seconds`;
-`forget` drops the HTTP session (its next request gets a 404). Every `notifications/cancelled` it
+`forget` drops the HTTP session (its next request gets a 404). Its resources (`wire://<kind>[/<arg>]`)
+and prompts (`<kind>`) answer the same ways: text, a blob, `big`, `malformed`, `slow`, `sample`, `forget`;
+an unknown one is an error. Every `notifications/cancelled` it
 receives is appended to `--log` (one `cancelled <request id>` line), so a test can see it arrive.
 """
 
@@ -24,9 +26,30 @@ Ask = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 OBJECT = {"type": "object"}
 TOOLS = [
     {"name": name, "inputSchema": OBJECT}
-    for name in ("text", "structured", "error", "image", "progress", "sample", "big", "malformed", "slow", "forget")
+    for name in (
+        "text",
+        "structured",
+        "error",
+        "image",
+        "progress",
+        "sample",
+        "big",
+        "malformed",
+        "slow",
+        "forget",
+        "mismatch",
+    )
 ]
-TOOLS[1]["outputSchema"] = {"type": "object", "properties": {"sum": {"type": "integer"}}, "required": ["sum"]}
+TOOLS[1]["outputSchema"] = TOOLS[10]["outputSchema"] = {
+    "type": "object",
+    "properties": {"sum": {"type": "integer"}},
+    "required": ["sum"],
+}
+RESOURCES = [
+    {"uri": f"wire://{kind}", "name": kind}
+    for kind in ("text", "blob", "big", "malformed", "slow", "sample", "forget", "unknown")
+]
+PROMPTS = [{"name": kind} for kind in ("text", "big", "malformed", "slow", "sample", "forget", "unknown")]
 PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 
 
@@ -45,13 +68,24 @@ class Wire:
         if method == "initialize":
             return {
                 "protocolVersion": "2025-06-18",
-                "capabilities": {"tools": {"listChanged": True}},
+                "capabilities": {"tools": {"listChanged": True}, "resources": {}, "prompts": {}},
                 "serverInfo": {"name": "wire", "version": "1"},
             }
         if method == "tools/list":
             return {"tools": TOOLS}
         if method == "ping":
             return {}
+        if method == "resources/list":
+            return {"resources": RESOURCES}
+        if method == "prompts/list":
+            return {"prompts": PROMPTS}
+        if method == "resources/read":
+            kind, _, arg = str(params.get("uri", "")).removeprefix("wire://").partition("/")
+            return await self.other("resource", kind, arg, ask)
+        if method == "prompts/get":
+            return await self.other(
+                "prompt", str(params.get("name")), (params.get("arguments") or {}).get("arg", ""), ask
+            )
         if method != "tools/call":
             raise LookupError(method)
         name, args = params.get("name"), params.get("arguments") or {}
@@ -61,6 +95,8 @@ class Wire:
         if name == "structured":
             total = int(args.get("a", 0)) + int(args.get("b", 0))
             return {"content": [{"type": "text", "text": str(total)}], "structuredContent": {"sum": total}}
+        if name == "mismatch":  # structured content that its output schema refuses
+            return {"content": [{"type": "text", "text": "five"}], "structuredContent": {"sum": "five"}}
         if name == "error":
             return {"content": [{"type": "text", "text": "it failed"}], "isError": True}
         if name == "image":
@@ -97,12 +133,58 @@ class Wire:
             return {"content": [{"type": "text", "text": "forgot"}]}
         raise LookupError(name)
 
+    async def other(self, what: str, kind: str, arg: str, ask: Ask | None) -> dict[str, Any]:
+        """A resource's contents or a prompt's messages, by kind."""
+
+        def text(value: str) -> dict[str, Any]:
+            if what == "resource":
+                return {"contents": [{"uri": f"wire://{kind}", "mimeType": "text/plain", "text": value}]}
+            return {"description": kind, "messages": [{"role": "user", "content": {"type": "text", "text": value}}]}
+
+        if kind == "text":
+            return text(f"the {what} {arg}")
+        if kind == "blob" and what == "resource":
+            return {"contents": [{"uri": "wire://blob", "mimeType": "image/png", "blob": PIXEL}]}
+        if kind == "big":
+            return text("x" * int(arg or 100_000))
+        if kind == "malformed":
+            return {"contents": "not a list"} if what == "resource" else {"messages": [{"role": "nobody"}]}
+        if kind == "slow":
+            await asyncio.sleep(float(arg or 30))
+            return text("slept")
+        if kind == "forget":
+            self.sessions.clear()
+            return text("forgot")
+        if kind == "sample" and ask is not None:
+            answer = await ask(
+                {
+                    "method": "sampling/createMessage",
+                    "params": {
+                        "messages": [{"role": "user", "content": {"type": "text", "text": "2+2?"}}],
+                        "maxTokens": 5,
+                    },
+                }
+            )
+            return text(f"sampled: {json.dumps(answer, sort_keys=True)}")
+        if what == "resource":
+            raise _Refused(-32002, f"Resource not found: wire://{kind}")
+        raise _Refused(-32602, f"Unknown prompt: {kind}")
+
     async def answer(self, request: dict[str, Any], send: Send, ask: Ask | None) -> dict[str, Any]:
         try:
             return {"jsonrpc": "2.0", "id": request["id"], "result": await self.result(request, send, ask)}
         except LookupError as exc:
             error = {"code": -32601, "message": f"unknown: {exc}"}
             return {"jsonrpc": "2.0", "id": request["id"], "error": error}
+        except _Refused as exc:
+            error = {"code": exc.code, "message": exc.message}
+            return {"jsonrpc": "2.0", "id": request["id"], "error": error}
+
+
+class _Refused(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
 
 
 async def serve_stdio(wire: Wire) -> None:
