@@ -34,7 +34,7 @@ from gateway.registry import Registry
 from gateway.server_specs import specs_from_config
 from gateway.upstreams import lean_calls
 from gateway.upstreams.lean_calls import channel_of
-from gateway.upstreams.lean_results import quick_shape
+from gateway.upstreams.lean_results import quick_shape, surely_shaped
 from tests.conftest import NO_EMBEDDINGS, REPO, start_gateway_http, start_script_http, stop_process, write_config
 
 pytestmark = pytest.mark.anyio
@@ -213,6 +213,23 @@ def test_a_quick_shape_is_one_the_sdk_accepts_in_every_version() -> None:
                     _methods.validate_server_result(method, version, raw)  # raises if the SDK would refuse it
                     quick.add((method, version in MODERN_PROTOCOL_VERSIONS))
     assert quick == {(method, modern) for method in SHAPES for modern in (False, True)}
+
+
+def test_a_result_surely_shaped_is_what_the_sdks_serialization_gives_in_every_version() -> None:
+    """`lean_results.surely_shaped` (the lean paths' answers) returns a served result only where it
+    equals the SDK runner's `serialize_server_result`, which drops the fields a version lacks; and
+    it does so for the common shapes of each era."""
+    answered = set()
+    for (method, version), _row in _methods.SERVER_RESULTS.items():
+        for body in SHAPES.get(method, []):
+            for envelope in ENVELOPES:
+                raw = body | envelope
+                shaped = surely_shaped(method, version, dict(raw))
+                if shaped is not None:
+                    assert shaped == _methods.serialize_server_result(method, version, raw), (method, version, raw)
+                    answered.add((method, version in MODERN_PROTOCOL_VERSIONS))
+    assert answered == {(method, modern) for method in SHAPES for modern in (False, True)}
+    assert surely_shaped("tools/call", "1999-01-01", {"content": []}) is None  # the SDK's error for it
 
 
 async def _cancellations(log: Path) -> list[str]:

@@ -28,6 +28,8 @@ from mcp_types import INTERNAL_ERROR, ErrorData, RequestParams, RequestParamsMet
 from mcp_types import methods as spec_methods
 from pydantic import BaseModel, ValidationError
 
+from gateway.upstreams.lean_results import surely_shaped
+
 __all__ = [
     "HOT_METHODS",
     "Hot",
@@ -147,6 +149,9 @@ def serialize(method: str, version: str, result: HandlerResult) -> dict[str, Any
         dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
     else:
         dumped = dict(result or {})
+    shaped = surely_shaped(method, version, dumped)
+    if shaped is not None:  # what the surface's validation and dump would give, without them
+        return shaped
     try:
         return spec_methods.serialize_server_result(method, version, dumped)
     except ValidationError:

@@ -23,7 +23,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from gateway.quick_check import QUICK_DRAFTS, Check, quick_check
 
-__all__ = ["OutputChecks", "quick_shape", "validated"]
+__all__ = ["OutputChecks", "quick_shape", "surely_shaped", "validated"]
 
 _TEXT_BLOCK = frozenset({"type", "text"})
 _TEXT_CONTENTS = frozenset({"uri", "mimeType", "text"})
@@ -120,6 +120,17 @@ def quick_shape(method: str, version: str, raw: dict[str, Any]) -> bool:
     shape = _SHAPES.get(method)
     modern = version in MODERN_PROTOCOL_VERSIONS
     return shape is not None and _envelope(method, modern, raw) and shape(raw)
+
+
+def surely_shaped(method: str, version: str, dumped: dict[str, Any]) -> dict[str, Any] | None:
+    """`dumped` (a result the gateway serves) as `methods.serialize_server_result` would return
+    it, when that is certain without running it: a common shape (`quick_shape`) once a
+    handshake-era session's absent 2026-07-28 fields are dropped. None: run the SDK's."""
+    if (method, version) not in _methods.SERVER_RESULTS:
+        return None
+    if version not in MODERN_PROTOCOL_VERSIONS and not _LATER.isdisjoint(dumped):
+        dumped = {key: value for key, value in dumped.items() if key not in _LATER}
+    return dumped if quick_shape(method, version, dumped) else None
 
 
 def validated(session: Any, method: str, raw: dict[str, Any], adapter: Any) -> Any:
