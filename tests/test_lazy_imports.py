@@ -13,17 +13,10 @@ from pathlib import Path
 import httpx2
 
 from tests.conftest import NO_EMBEDDINGS, REPO, _read_line_with_prefix, example_config, stop_process, write_config
+from tests.test_first_run import INITIALIZE, MCP_HEADERS
 
 LAZY = ("jinja2", "jwt", "pydantic_monty")
 """Top-level packages a gateway that serves MCP (no console page, no program, no `auth.jwt`) never imports."""
-
-MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}},
-}
 
 # `python -m gateway`, with the names of its loaded modules written to a file when it exits (after
 # it has served: shutdown imports count too, which only makes the check stricter).
