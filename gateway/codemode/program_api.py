@@ -15,13 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
-from pydantic_monty import ExternalModule
 
 from gateway.codemode.write_gate import RunWrites
 from gateway.errors import GatewayError
+
+if TYPE_CHECKING:
+    from pydantic_monty import ExternalModule
 
 __all__ = ["CallTool", "InnerCall", "ProgramTools", "result_value"]
 
@@ -82,6 +84,8 @@ class ProgramTools:
 
     def module(self) -> ExternalModule:
         """The `tools` module: one async function per tool the caller may see."""
+        from pydantic_monty import ExternalModule  # with the first program, as `sandbox.SandboxPool` imports it
+
         return ExternalModule({name: self._function(name) for name in self.offered})
 
     def _function(self, name: str) -> Callable[..., Awaitable[Any]]:

@@ -17,21 +17,17 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
-from pydantic_monty import (
-    AsyncMonty,
-    MontyCrashedError,
-    MontyError,
-    MontyRuntimeError,
-    MontySyntaxError,
-    ResourceLimits,
-)
 
 from gateway.codemode.program_api import TOOL_CALLS_LIMIT, ProgramTools
 from gateway.config.routing_settings import CodeModeSettings
+
+if TYPE_CHECKING:
+    from pydantic_monty import AsyncMonty, MontyRuntimeError, ResourceLimits
+
 
 __all__ = ["ProgramError", "RunOutcome", "SandboxPool"]
 
@@ -140,6 +136,10 @@ class SandboxPool:
         self._starting = anyio.Lock()
 
     async def _hold(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        # pydantic-monty is imported with the first program (~5 MB that a gateway whose clients never
+        # run one does not keep); the workers start then anyway.
+        from pydantic_monty import AsyncMonty
+
         settings = self.settings
         pool = AsyncMonty(
             min_processes=min(settings.warm_workers, settings.workers),
@@ -182,6 +182,8 @@ class SandboxPool:
 
     async def run(self, code: str, tools: ProgramTools) -> RunOutcome:
         """Run one program with `tools` as its tool API; every failure comes back in the outcome."""
+        from pydantic_monty import MontyCrashedError, MontyError, MontyRuntimeError, MontySyntaxError  # see _hold
+
         settings = self.settings
         printed = _Printed(settings.max_output_bytes)
         outcome = RunOutcome(tools=tools)

@@ -12,6 +12,7 @@ client's `tools/call` goes: validated, recorded, traced; its result can be rated
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -22,12 +23,10 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import mcp_types as types
-from markupsafe import Markup
 from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import FileResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
-from starlette.templating import Jinja2Templates
 
 from gateway.calls.chain import Caller
 from gateway.errors import GatewayError
@@ -41,6 +40,8 @@ from gateway.serving.admin.forms import RAW_FIELD, FormErrors, form_for, parse_f
 from gateway.serving.admin.tail import CallTail, tail_endpoint
 
 if TYPE_CHECKING:
+    from starlette.templating import Jinja2Templates
+
     from gateway.serving.server import GatewayServer
 
 __all__ = ["FAVICON_PATH", "PREFIX", "close_console", "console_tail", "ui_routes"]
@@ -59,22 +60,33 @@ NAV = (
     ("/audit", "Audit"),
 )
 
-templates = Jinja2Templates(directory=HERE / "templates")
-templates.env.globals.update(
-    sparkline=lambda values, **kw: Markup(sparkline(values, **kw)),
-    bars=lambda values, **kw: Markup(bars(values, **kw)),
-    prefix=PREFIX,
-    nav=NAV,
-)
-templates.env.filters["pretty"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False, default=str)
 TRANSPORT_LABELS = {"memory": "in-process", "http": "streamable HTTP", "sse": "HTTP+SSE", "stdio": "stdio"}
 """How the console names a server's transport: a plugin runs in the gateway's process ("memory" read like
 a memory figure)."""
-templates.env.filters["transport"] = lambda value: TRANSPORT_LABELS.get(str(value), str(value))
-templates.env.filters["q"] = lambda value: quote(str(value), safe="")
-templates.env.filters["when"] = lambda at: (
-    time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(float(at))) if isinstance(at, int | float) else ""
-)
+
+
+@functools.cache
+def templates() -> Jinja2Templates:
+    """The console's Jinja2 templates, made on the first page: Jinja2 is imported only then (~2 MB that an
+    idle gateway nobody opens the console of does not keep)."""
+    from markupsafe import Markup
+    from starlette.templating import Jinja2Templates
+
+    made = Jinja2Templates(directory=HERE / "templates")
+    made.env.globals.update(
+        sparkline=lambda values, **kw: Markup(sparkline(values, **kw)),
+        bars=lambda values, **kw: Markup(bars(values, **kw)),
+        prefix=PREFIX,
+        nav=NAV,
+    )
+    made.env.filters["pretty"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    made.env.filters["transport"] = lambda value: TRANSPORT_LABELS.get(str(value), str(value))
+    made.env.filters["q"] = lambda value: quote(str(value), safe="")
+    made.env.filters["when"] = lambda at: (
+        time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(float(at))) if isinstance(at, int | float) else ""
+    )
+    return made
+
 
 Handler = Callable[[Request, Principal], Awaitable[Response]]
 
@@ -113,7 +125,7 @@ def _render(request: Request, principal: Principal | None, name: str, status: in
     context.setdefault("flash", flash)
     context.setdefault("flash_kind", kind)
     context.setdefault("replica", access.console_of(request).gateway.settings.replica_id)
-    return templates.TemplateResponse(
+    return templates().TemplateResponse(
         request, name, {"principal": principal, "csrf": csrf, **context}, status_code=status
     )
 
