@@ -300,7 +300,7 @@ class TracingSettings(BaseModel):
 
 
 class ReloadSettings(BaseModel):
-    """Live reload of the YAML file while `serve` runs (docs/configuration.md, "Live reload")."""
+    """Live reload of the YAML file while `serve` runs (docs/settings.md, "Live reload")."""
 
     watch: bool = Field(
         default=True,

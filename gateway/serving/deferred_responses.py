@@ -18,7 +18,7 @@ that does not accept both content types (the SDK answers 406), and any body the 
 `response_mode: sse` (`json_first=False`) streams at once, as the SDK's transport does.
 
 A client that hangs up before its answer has its request cancelled in the session (`_cancel`):
-without an event store its answer could go to nobody (docs/configuration.md, "Hung-up clients").
+without an event store its answer could go to nobody (docs/settings.md, "Hung-up clients").
 
 All reach into the SDK's private layout is here, mirroring mcp 2.3 (`pyproject.toml` pins
 `mcp>=2.3,<2.4`; `tests/test_http_responses.py` fails when the mirrored SDK code changes):
@@ -247,7 +247,7 @@ class DeferringTransport(StreamableHTTPServerTransport):
 
         The 2025-era spec says a disconnect SHOULD NOT by itself cancel, so that a client can resume
         the stream; without an event store (those requests are the SDK's: `_deferrable`) no stream
-        can be resumed, and the answer would go to nobody (docs/configuration.md, "Hung-up clients").
+        can be resumed, and the answer would go to nobody (docs/settings.md, "Hung-up clients").
         `initialize` is never cancelled (the spec forbids it); its stream is released all the same."""
         await self._clean_up_memory_streams(str(message.id))
         writer = self._read_stream_writer

@@ -2,7 +2,7 @@
 
 - `auto` (the default): `all` while the catalog this client may see has at most
   `routing.auto_max_tools` tools (40), `dynamic` beyond. Models choose worse among many
-  tools, and several clients degrade or cap the count past 30-50 tools (docs/configuration.md),
+  tools, and several clients degrade or cap the count past 30-50 tools (docs/settings.md, "Routing"),
   so a small catalog is shown whole and a large one through the router. The catalog
   changing (a server connecting, leaving, listing more tools) already sends
   `notifications/tools/list_changed`, so a client re-lists and sees the other mode.
