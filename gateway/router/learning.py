@@ -54,7 +54,8 @@ _FORGOTTEN = 2.0**-10
 
 @dataclass(frozen=True)
 class LearningConfig:
-    """How much use may move a score. Defaults are the measured choice (docs/history/benchmarks-2026.md)."""
+    """How much use may move a score. Defaults are the measured choice (`mcp-gateway eval --replay`:
+    docs/benchmarks.md, "Routing quality")."""
 
     max_boost: float = 0.25
     """Most a tool's 0..1 score is raised by what was learnt."""

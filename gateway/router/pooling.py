@@ -28,7 +28,7 @@ worker threads at once (`document_session`, `document_session_options`): on 2 co
 single-threaded runs side by side embed the texts of 2,500 tools in about 0.83 of the time of
 one two-threaded run at a time, and they slow down less when another process takes
 a core, since no run waits at a barrier for a thread that lost its core
-(docs/history/benchmarks-2026.md, "Cold index of real catalogs"). The vectors are the same: a text's
+(`bench/router_cold_build.py`; docs/benchmarks.md, "Start-up"). The vectors are the same: a text's
 vector does not depend on its batch, its padding or the number of threads.
 """
 

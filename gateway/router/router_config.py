@@ -17,7 +17,8 @@ Fusion = Literal["weighted", "rrf", "dense", "bm25"]
 
 @dataclass(frozen=True)
 class RouterConfig:
-    """How `Router.search` ranks. The defaults are the measured choice (docs/history/benchmarks-2026.md)."""
+    """How `Router.search` ranks. The defaults are the measured choice: `bench/router_variants.py` ranks
+    every alternative below on both dev sets (docs/benchmarks.md, "Routing quality")."""
 
     fusion: Fusion = "weighted"
     """weighted: `dense_weight` * cosine + (1 - `dense_weight`) * BM25 coverage;
@@ -33,7 +34,7 @@ class RouterConfig:
     """Rank a long request's steps (its sentences, see `split_query`) each on its own too,
     and merge the rankings, so that its later steps are not lost: on long requests made of
     3-5 MetaTool requests recall@10 went from 0.545 to 0.738 (plain BM25: 0.618), with
-    MetaTool unchanged and LiveMCPBench recall@10 0.559 -> 0.551 (docs/history/benchmarks-2026.md).
+    MetaTool unchanged and LiveMCPBench recall@10 0.559 -> 0.551 (`bench/router_variants.py --long`).
     Each step costs a query embedding. Clauses (split at "and", "then", commas) measured
     worse everywhere."""
     merge: Literal["round_robin", "max", "mean", "share"] = "round_robin"
@@ -51,10 +52,10 @@ class RouterConfig:
     (parameters, server description) cut at `full_document_tokens` word pieces, embedded
     by `Router.enrich` after `update` (about 3.5 times the work of the short texts).
     Measured on LiveMCPBench: +0.03 recall@5 and recall@10 on both halves of the queries
-    (docs/history/benchmarks-2026.md). 0: the short text alone, and `enrich` does nothing."""
+    (`bench/router_variants.py`, variant `short-text`). 0: the short text alone, and `enrich` does nothing."""
     full_document_tokens: int = 128
     """Where the full text is cut, in word pieces: the whole document (up to the model's
-    limit) cost twice as much to embed and ranked the same (docs/history/benchmarks-2026.md)."""
+    limit) cost twice as much to embed and ranked the same (`bench/router_variants.py`, variant `full-uncut`)."""
     query_text: Literal["compact", "raw"] = "compact"
     """What the embedding model reads of a request: `compact_query(request)` (paths and URLs
     as their kind, no stopwords: recall within noise, 40% fewer word pieces, hence faster),

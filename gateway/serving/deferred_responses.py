@@ -166,7 +166,7 @@ class DeferringTransport(StreamableHTTPServerTransport):
         """Wait up to the window for the request's first message, then answer with JSON or SSE.
 
         A client that hangs up before its answer has the request cancelled (`_cancel`): during the
-        window a task watches for it (about 0.1 ms of CPU a call, docs/history/benchmarks-2026.md),
+        window a task watches for it (about 0.1 ms of CPU a call, `bench/load.py`),
         on the stream sse_starlette does. The request's memory stream is released at once then.
         """
         request_id = str(message.id)

@@ -7,8 +7,8 @@ the requests, runs `Auth` flows (OAuth's included) and event hooks and carries t
 It keeps a pool of idle keep-alive connections per origin (closed after `KEEPALIVE_EXPIRY`
 idle seconds, or when the server closed them), writes a request's head and a known-length
 body in one `write`, and reads a response body by Content-Length, chunked, or to EOF,
-streaming it (an SSE response) chunk by chunk. Measured in docs/history/benchmarks-2026.md ("Upstream HTTP
-client: measured").
+streaming it (an SSE response) chunk by chunk. `bench/load.py` and `bench/interleaved_cpu.py` measure
+it (docs/benchmarks.md, "What the gateway adds to a call").
 
 What it does not do, so `gateway.upstreams.transports` does not use it then: proxies (a
 proxy from the environment for the upstream's URL keeps httpx2's own transport), HTTP/2.

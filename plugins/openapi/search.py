@@ -38,7 +38,8 @@ METHOD_VERBS = {
     "patch": "update change edit",
     "delete": "delete remove",
 }
-"""Words for what a method does, so "change the title" meets PATCH (measured: docs/history/benchmarks-2026.md)."""
+"""Words for what a method does, so "change the title" meets PATCH (`bench/openapi_search.py`: BM25 alone
+recall@5 0.47 -> 0.50 with them, the default ranking 0.80 either way)."""
 
 
 def operation_record(op: Operation) -> ToolRecord:
