@@ -34,10 +34,10 @@ import mcp_types as types
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
+from gateway.upstreams.pipe_lines import READ_SIZE, read_lines
+
 __all__ = ["READ_SIZE", "LineTaker", "Outbox", "stdio_streams"]
 
-READ_SIZE = 1 << 16
-"""Bytes read from stdin at a time; a longer message arrives in several reads."""
 BACKLOG_LIMIT = 1 << 18
 """Bytes a writer may leave unwritten (the client reads slowly) before its next send waits."""
 LAST_FLUSH_SECONDS = 2.0
@@ -235,31 +235,40 @@ def _restore(fd: int, wire: int) -> None:
 
 async def _pump_in(wire: int, messages: Any, lean: LineTaker | None) -> None:
     """Read lines until end of file, each one a message (or, unparseable, the error) for the
-    SDK's session unless the lean path takes it."""
-    pending: list[bytes] = []
+    SDK's session unless the lean path takes it: in the read callback (`read_lines`), without
+    waking a task, as long as no line for the SDK's session waits before it."""
+
+    def fast(line: bytes) -> bool:
+        return not line.strip() or (lean is not None and lean.take(line))
+
+    async def slow(line: bytes) -> None:
+        with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            await messages.send(_parse(line.decode("utf-8", errors="replace")))
+
     async with messages:
-        while True:
-            await anyio.wait_readable(wire)
-            try:
-                chunk = os.read(wire, READ_SIZE)
-            except BlockingIOError:
-                continue
-            except OSError:
-                return
-            if not chunk:
-                return
-            start = 0
-            while (end := chunk.find(b"\n", start)) >= 0:
+        await read_lines(wire, _Lines().split, fast, slow)
+
+
+class _Lines:
+    """Splits stdin's chunks into lines, keeping a partial one for the next chunk."""
+
+    def __init__(self) -> None:
+        self.pending: list[bytes] = []
+
+    def split(self, chunk: bytes) -> list[bytes]:
+        lines: list[bytes] = []
+        pending, start = self.pending, 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            if pending:
                 pending.append(chunk[start:end])
-                raw = b"".join(pending)
+                lines.append(b"".join(pending))
                 pending.clear()
-                start = end + 1
-                if not raw.strip() or (lean is not None and lean.take(raw)):
-                    continue
-                with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-                    await messages.send(_parse(raw.decode("utf-8", errors="replace")))
-            if start < len(chunk):
-                pending.append(chunk[start:])
+            else:
+                lines.append(chunk[start:end])
+            start = end + 1
+        if start < len(chunk):
+            pending.append(chunk[start:])
+        return lines
 
 
 def _parse(line: str) -> SessionMessage | Exception:

@@ -99,6 +99,13 @@ class StdioLean(LeanCalls):
                 return False
         return self.take(line)
 
+    def take_now(self, line: bytes | dict[str, Any] | None) -> bool:
+        """`offer` without its log lines (whose relay waits for the client): called in the stdout
+        reader's read callback, an answer reaches its caller with no task in between."""
+        if not self._pending or line is None or (isinstance(line, bytes) and _LOG_MARK in line):
+            return False
+        return self.take(line)
+
     def take(self, line: bytes | dict[str, Any]) -> bool:
         """`offer` for an answer or a progress report."""
         if isinstance(line, bytes):

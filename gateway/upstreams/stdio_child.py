@@ -27,6 +27,7 @@ from mcp.shared.message import SessionMessage
 
 from gateway.upstreams.lean_wire import LeanCalls, StdioLean
 from gateway.upstreams.message_bounds import DEFAULT_MAX_MESSAGE_BYTES, SETTING, LineBuffer
+from gateway.upstreams.pipe_lines import read_lines
 
 __all__ = ["GRACE_SECONDS", "kill_process_group", "stdio_child"]
 
@@ -58,14 +59,25 @@ async def stdio_child(
     # Shielded: a cancel (the registry closing while it restarts a server) landing inside the spawn
     # would lose the process handle after the child exists, leaving a child that nothing stops.
     # Once spawned, a pending cancel is delivered inside the `try` below, whose `finally` stops it.
-    with anyio.CancelScope(shield=True):
-        process = await anyio.open_process(
-            [params.command, *params.args],
-            env=get_default_environment() | (params.env or {}),
-            stderr=errlog,
-            cwd=params.cwd,
-            start_new_session=True,
-        )
+    # stdout is a pipe of our own, read by an event-loop callback (`pipe_lines`) rather than the
+    # subprocess transport's `StreamReader`: a lean answer reaches its caller without a task between.
+    stdout, child_stdout = os.pipe()
+    try:
+        with anyio.CancelScope(shield=True):
+            process = await anyio.open_process(
+                [params.command, *params.args],
+                env=get_default_environment() | (params.env or {}),
+                stdout=child_stdout,
+                stderr=errlog,
+                cwd=params.cwd,
+                start_new_session=True,
+            )
+    except BaseException:
+        os.close(stdout)
+        raise
+    finally:
+        os.close(child_stdout)
+    os.set_blocking(stdout, False)
     if on_spawn is not None:
         on_spawn(process.pid)
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
@@ -101,20 +113,24 @@ async def stdio_child(
         lean.attach(write)
 
     async def pump_stdout() -> None:
-        assert process.stdout is not None
         lines = LineBuffer(max_message_bytes, f"the stdio server {params.command!r}")
+
+        def fast(line: bytes | dict[str, Any] | None) -> bool:
+            return lean is not None and lean.take_now(line)
+
+        async def slow(line: bytes | dict[str, Any] | None) -> None:
+            if lean is not None and line is not None and await lean.offer(line):
+                return
+            if isinstance(line, dict):  # a message over the limit, dropped
+                await read_writer.send(SessionMessage(types.jsonrpc_message_adapter.validate_python(line)))
+            elif line is None:
+                await read_writer.send(ValueError(f"dropped a message over {SETTING} from stdout"))
+            elif line.strip():
+                await read_writer.send(_parse(line.decode(params.encoding, errors="replace")))
+
         async with read_writer:
-            with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-                async for chunk in process.stdout:
-                    for line in lines.feed(chunk):
-                        if lean is not None and line is not None and await lean.offer(line):
-                            continue
-                        if isinstance(line, dict):  # a message over the limit, dropped
-                            await read_writer.send(SessionMessage(types.jsonrpc_message_adapter.validate_python(line)))
-                        elif line is None:
-                            await read_writer.send(ValueError(f"dropped a message over {SETTING} from stdout"))
-                        elif line.strip():
-                            await read_writer.send(_parse(line.decode(params.encoding, errors="replace")))
+            with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                await read_lines(stdout, lines.feed, fast, slow)
         end_lean()
 
     async def pump_stdin() -> None:
@@ -148,6 +164,7 @@ async def stdio_child(
         end_lean()
         with anyio.CancelScope(shield=True):
             await _stop(process)
+            os.close(stdout)
             for stream in (read_stream, write_stream, read_writer, write_reader):
                 await stream.aclose()
 
@@ -170,9 +187,6 @@ async def _stop(process: anyio.abc.Process) -> None:
         while process.returncode is None:
             await anyio.sleep(_POLL)
     await kill_process_group(process.pid, lambda: process.returncode)
-    if process.stdout is not None:
-        with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-            await process.stdout.aclose()
     # The subprocess transport otherwise lingers (and warns at GC) while a pipe end is open.
     transport = getattr(getattr(process, "_process", None), "_transport", None)
     close = getattr(transport, "close", None)
