@@ -5,10 +5,14 @@ A POST goes one of two ways. `DirectPost`, when nothing but the gateway's own ho
 session's httpx2 client (no `Auth` flow, the lean transport, no proxy): the request's head is
 prebuilt for the session (the client's headers, the URL's target and Host) and only its length,
 session id, stamped and trace headers are added; it is written straight on a kept-alive
-connection of `gateway.upstreams.lean_http.LeanTransport`, and the answer is read as httpx2 would
-hand it over (the status reported, `Mcp-Session-Id` noted, the body bounded by
-`gateway.upstreams.message_bounds`). Otherwise (OAuth, httpx2's own transport, or a redirect
-seen once) through the client itself, `stream_within_origin` following a same-origin redirect.
+connection of `gateway.upstreams.lean_http.LeanTransport`. Its answer, when a plain one (a 2xx JSON
+or UTF-8 SSE body, not content-encoded), is read straight off the connection: a JSON body whole, an
+SSE body event by event (`gateway.upstreams.sse_messages`), bounded as `BoundedStream` bounds it
+(`gateway.upstreams.message_bounds`); once an SSE answer's event is in, the stream's end is read in
+the background so that the connection is kept. Any other answer (an error status, a redirect...)
+becomes the `httpx2.Response` httpx2 would have handed over. Otherwise (OAuth, httpx2's own
+transport, or a redirect seen once) through the client itself, `stream_within_origin` following a
+same-origin redirect.
 
 Anything in an SSE answer that is not the request's (a sampling or elicitation request, a log or
 list_changed notification) is handed to the SDK's read stream (`HttpLean.inject`, `merged_reads`),
