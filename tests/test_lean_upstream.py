@@ -35,7 +35,7 @@ from gateway.config.settings import Settings
 from gateway.errors import GatewayError
 from gateway.registry import Registry
 from gateway.server_specs import specs_from_config
-from gateway.upstreams import lean_calls
+from gateway.upstreams import lean_calls, lean_http
 from gateway.upstreams.lean_calls import channel_of
 from gateway.upstreams.lean_http import LeanTransport
 from gateway.upstreams.lean_post import DirectPost, HttpLean
@@ -631,3 +631,15 @@ async def test_the_message_events_are_those_httpx2_reads_wherever_the_body_is_sp
                 parser = MessageEvents()
                 found = [data for piece in pieces for data in parser.feed(piece)] + parser.end()
                 assert [data.decode("utf-8", "replace").encode() for data in found] == expected, (body, cut)
+
+
+async def test_an_sse_answer_whose_stream_stays_open_drops_its_connection_after_the_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(lean_http, "FINISH_SECONDS", 0.2)
+    unended = SSE_HEAD + _chunked(b"data: " + _answer() + b"\n\n")[: -len(b"0\r\n\r\n")]
+    with anyio.fail_after(10):
+        async with scripted(unended, close=False) as (url, connections):
+            found, *_, again = await raw_outcome(url, direct=True)
+    assert found == {"content": [{"type": "text", "text": "done"}]}
+    assert again == {"content": [{"type": "text", "text": "again"}]} and connections == [2]

@@ -7,7 +7,9 @@ the requests, runs `Auth` flows (OAuth's included) and event hooks and carries t
 It keeps a pool of idle keep-alive connections per origin (closed after `KEEPALIVE_EXPIRY`
 idle seconds, or when the server closed them), writes a request's head and a known-length
 body in one `write`, and reads a response body by Content-Length, chunked, or to EOF,
-streaming it (an SSE response) chunk by chunk. Measured in docs/history/benchmarks-2026.md ("Upstream HTTP
+streaming it (an SSE response) chunk by chunk; a body its reader is done with before its end (an
+SSE answer once its event is in) is finished in the background, so that its connection is kept.
+Measured in docs/history/benchmarks-2026.md ("Upstream HTTP
 client: measured").
 
 What it does not do, so `gateway.upstreams.transports` does not use it then: proxies (a
