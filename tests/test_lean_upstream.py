@@ -9,6 +9,8 @@ resource reads and prompts alike (`gateway.upstreams.lean_calls`' three requests
 
 from __future__ import annotations
 
+import asyncio
+import gzip
 import json
 import re
 import sys
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import mcp_types as types
 import pytest
 from mcp import Client
@@ -32,9 +35,13 @@ from gateway.config.settings import Settings
 from gateway.errors import GatewayError
 from gateway.registry import Registry
 from gateway.server_specs import specs_from_config
-from gateway.upstreams import lean_calls
+from gateway.upstreams import lean_calls, lean_http
 from gateway.upstreams.lean_calls import channel_of
+from gateway.upstreams.lean_http import LeanTransport
+from gateway.upstreams.lean_post import DirectPost, HttpLean
 from gateway.upstreams.lean_results import quick_shape, surely_shaped
+from gateway.upstreams.message_bounds import bound_responses
+from gateway.upstreams.sse_messages import MessageEvents
 from tests.conftest import NO_EMBEDDINGS, REPO, start_gateway_http, start_script_http, stop_process, write_config
 
 pytestmark = pytest.mark.anyio
@@ -413,3 +420,226 @@ async def test_an_expired_session_under_a_read_is_reconnected_the_same_way(tmp_p
     assert first["contents"][0]["text"] == "forgot"
     assert second[0] == "UpstreamUnavailable", second
     assert third["contents"][0]["text"] == "the resource later"
+
+
+# An answer read straight off the connection (`lean_post.HttpLean`'s direct POST) against the same
+# bytes read through httpx2 (`Response`, `EventSource`, `BoundedStream` as a response hook), from a
+# hand-written HTTP server on 127.0.0.1 that writes each answer a few bytes at a time.
+
+RAW_LIMIT = 2000
+ASK = {"jsonrpc": "2.0", "id": "gw-1", "method": "tools/call", "params": {"name": "t"}}
+SSE_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nMcp-Session-Id: s-2\r\nTransfer-Encoding: chunked\r\n\r\n"
+)
+JSON_CHUNKED = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def _answer(result: str = "done", request_id: str = "gw-1") -> bytes:
+    content = [{"type": "text", "text": result}]
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "result": {"content": content}}).encode()
+
+
+def _notice(method: str, **params: Any) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "method": method, "params": params}).encode()
+
+
+def _chunked(body: bytes, size: int = 7) -> bytes:
+    pieces = [body[at : at + size] for at in range(0, len(body), size)]
+    return b"".join(b"%x\r\n%s\r\n" % (len(piece), piece) for piece in pieces) + b"0\r\n\r\n"
+
+
+def _json(body: bytes, extra: bytes = b"") -> bytes:
+    return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n%s" % (
+        extra,
+        len(body),
+        body,
+    )
+
+
+SSE_BODY = (  # a comment, a ping, progress, a log line (CR line ends), a notification, a two-line answer
+    b": a comment\r\n\r\nevent: ping\r\ndata: {}\r\n\r\nevent: message\ndata: "
+    + _notice("notifications/progress", progressToken="gw-1", progress=1, total=2, message="half")
+    + b"\n\ndata: "
+    + _notice("notifications/message", level="info", data="a log line")
+    + b"\r\rdata: "
+    + _notice("notifications/tools/list_changed")
+    + b'\n\nevent: message\ndata: {"jsonrpc": "2.0",\ndata:  "id": "gw-1", "result": {"content": []}}\n\n'
+)
+BIG = "x" * RAW_LIMIT
+ZIPPED = gzip.compress(_answer("zipped"))
+ANSWERS = {
+    "json": _json(_answer()),
+    "json-chunked": JSON_CHUNKED + _chunked(_answer()),
+    "sse": SSE_HEAD + _chunked(SSE_BODY, 11),
+    "sse-length": b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\nContent-Length: %d\r\n\r\n%s"
+    % (len(SSE_BODY), SSE_BODY),
+    "sse-to-eof": b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\ndata: "
+    + _answer("at eof")
+    + b"\r",  # a CR at the body's very end dispatches its event
+    "sse-invalid-utf8": SSE_HEAD + _chunked(b"data: " + _answer("cafX").replace(b"X", b"\xc3") + b"\n\n"),
+    "json-too-large": _json(_answer(BIG)),
+    "chunked-too-large": JSON_CHUNKED + _chunked(_answer(BIG), 500),
+    "sse-event-too-large": SSE_HEAD
+    + _chunked(
+        b"data: " + _notice("notifications/message", level="info", data=BIG) + b"\n\ndata: " + _answer() + b"\n\n", 300
+    ),
+    "sse-no-answer": SSE_HEAD + _chunked(b"data: " + _answer("not ours", "gw-9") + b"\n\n"),
+    "json-cut": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n" + _answer()[:30],
+    "sse-cut": (SSE_HEAD + _chunked(b"data: " + _answer() + b"\n\n"))[:-30],
+    "error-status": b"HTTP/1.1 500 Oops\r\nContent-Length: 0\r\n\r\n",
+    "gzip": _json(ZIPPED, b"Content-Encoding: gzip\r\n"),
+}
+CLOSING = ("sse-to-eof", "json-cut", "sse-cut")
+"""The server closes the connection after these answers."""
+
+
+@asynccontextmanager
+async def scripted(answer: bytes, close: bool) -> AsyncIterator[tuple[str, list[int]]]:
+    """An HTTP server answering its first request with `answer`, 13 bytes a write (then closing,
+    with `close`), and every later one with a small JSON answer. Yields its URL and a list that
+    counts its connections."""
+    connections = [0]
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections[0] += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = re.search(rb"(?i)content-length: *(\d+)", head)
+                sent = json.loads(await reader.readexactly(int(length.group(1)) if length else 0))
+                if sent["id"] != "gw-1":
+                    writer.write(_json(_answer("again", sent["id"])))
+                    continue
+                for at in range(0, len(answer), 13):
+                    writer.write(answer[at : at + 13])
+                    await writer.drain()
+                    await asyncio.sleep(0)
+                if close:
+                    return
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    async with server:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/mcp", connections
+
+
+async def raw_outcome(url: str, direct: bool) -> Any:
+    """One lean request to `url` (read off the connection, or through httpx2): its outcome, what
+    it reported, relayed and handed to the SDK, the session id noted, and a second request's result."""
+    transport = LeanTransport()
+    http = bound_responses(httpx2.AsyncClient(transport=transport, timeout=5), RAW_LIMIT, "raw")
+    reports: list[Any] = []
+    logs: list[Any] = []
+    handed: list[Any] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        logs.append(params.data)
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        reports.append((value, total, message))
+
+    async def inject(item: Any) -> None:
+        handed.append(type(item).__name__)
+
+    lean = HttpLean(url, on_log)
+    post = DirectPost(transport, url, http.headers, http.timeout, lambda status: None, RAW_LIMIT, "raw")
+    lean.attach(http, post if direct else None)
+    lean.inject = inject
+    async with http:
+        try:
+            found: Any = await lean.exchange("gw-1", dict(ASK), {}, progress)
+        except MCPError as exc:
+            found = (exc.error.code, re.sub(r"than \d+ bytes", "than N bytes", exc.error.message))
+        while transport._finishing:  # an SSE answer's end, read in the background
+            await asyncio.sleep(0.01)
+        again = None if lean.broken else await lean.exchange("gw-2", dict(ASK, id="gw-2"), {}, None)
+        return found, reports, logs, handed, lean.session_id, again
+
+
+def _limit_error(size: str) -> tuple[int, str]:
+    message = (
+        f"The answer is {size} bytes, over the gateway's limit of {RAW_LIMIT} (GATEWAY_UPSTREAMS__MAX_MESSAGE_BYTES)."
+    )
+    return types.INTERNAL_ERROR, message
+
+
+EXPECTED: dict[str, Any] = {
+    "json": {"content": [{"type": "text", "text": "done"}]},
+    "json-chunked": {"content": [{"type": "text", "text": "done"}]},
+    "sse": {"content": []},
+    "sse-length": {"content": []},
+    "sse-to-eof": {"content": [{"type": "text", "text": "at eof"}]},
+    "sse-invalid-utf8": {"content": [{"type": "text", "text": "caf\ufffd"}]},
+    "json-too-large": _limit_error(str(len(_answer(BIG)))),
+    "chunked-too-large": _limit_error("more than N"),
+    "sse-event-too-large": _limit_error("more than N"),
+    "sse-no-answer": (types.CONNECTION_CLOSED, "SSE stream ended without a response"),
+    "json-cut": (types.CONNECTION_CLOSED, "Connection closed"),
+    "sse-cut": (types.CONNECTION_CLOSED, "Connection closed"),
+    "error-status": (types.INTERNAL_ERROR, "Server returned an error response"),
+    "gzip": {"content": [{"type": "text", "text": "zipped"}]},
+}
+
+
+@pytest.mark.parametrize("case", list(ANSWERS))
+async def test_an_answer_read_off_the_connection_is_what_httpx2_reads_of_it(case: str) -> None:
+    outcomes = []
+    with anyio.fail_after(20):
+        for direct in (True, False):
+            async with scripted(ANSWERS[case], case in CLOSING) as (url, connections):
+                outcomes.append(await raw_outcome(url, direct))
+            if direct and case in ("json", "json-chunked", "sse", "sse-length"):
+                assert connections == [1], case  # read to its end (an SSE answer: after it), the connection is kept
+    assert outcomes[0] == outcomes[1]
+    found, reports, logs, handed, session_id, again = outcomes[0]
+    assert found == EXPECTED[case]
+    if case in ("sse", "sse-length"):
+        assert (reports, logs, handed) == ([(1.0, 2.0, "half")], ["a log line"], ["SessionMessage"])
+    assert session_id == ("s-2" if case.startswith("sse") and case not in ("sse-length", "sse-to-eof") else None)
+    assert again == (None if case.endswith("cut") else {"content": [{"type": "text", "text": "again"}]})
+
+
+SSE_CORPUS = [
+    SSE_BODY,
+    b"data: a\ndata: b\n\ndata:x\r\n\r\ndata:  y\r\rdata\n\nevent: other\ndata: z\n\n"
+    + b"event:\ndata: w\n\n: c\ndata: v\n\n",
+    b"id: 1\nretry: 5\n\ndata: \xc3(\n\ndata: last\r",
+]
+
+
+async def _httpx2_messages(pieces: list[bytes]) -> list[bytes]:
+    async def body() -> AsyncIterator[bytes]:
+        for piece in pieces:
+            yield piece
+
+    stream = httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body())
+    stream.request = httpx2.Request("POST", "http://127.0.0.1/mcp")
+    events = httpx2.EventSource(stream, max_event_size=None)
+    return [event.data.encode() async for event in events if event.event == "message" and event.data]
+
+
+async def test_the_message_events_are_those_httpx2_reads_wherever_the_body_is_split() -> None:
+    for body in SSE_CORPUS:
+        expected = await _httpx2_messages([body])
+        assert len(expected) >= 2
+        for cut in range(len(body) + 1):
+            size = cut or 1
+            for pieces in ([body[:cut], body[cut:]], [body[at : at + size] for at in range(0, len(body), size)]):
+                parser = MessageEvents()
+                found = [data for piece in pieces for data in parser.feed(piece)] + parser.end()
+                assert [data.decode("utf-8", "replace").encode() for data in found] == expected, (body, cut)
+
+
+async def test_an_sse_answer_whose_stream_stays_open_drops_its_connection_after_the_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(lean_http, "FINISH_SECONDS", 0.2)
+    unended = SSE_HEAD + _chunked(b"data: " + _answer() + b"\n\n")[: -len(b"0\r\n\r\n")]
+    with anyio.fail_after(10):
+        async with scripted(unended, close=False) as (url, connections):
+            found, *_, again = await raw_outcome(url, direct=True)
+    assert found == {"content": [{"type": "text", "text": "done"}]}
+    assert again == {"content": [{"type": "text", "text": "again"}]} and connections == [2]

@@ -20,9 +20,8 @@ every request to the SDK.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
 import anyio
 import mcp_types as types
@@ -79,39 +78,37 @@ async def _send(
 ) -> dict[str, Any]:
     """One request as `ClientSession.send_request` sends it (stamped, in a CLIENT span, the trace
     context in `_meta`), on the lean channel; its raw result."""
-    out_meta = _meta(meta)
-    if out_meta:
-        params["_meta"] = out_meta
+    if meta is not None:
+        out_meta = _meta(meta)
+        if out_meta:
+            params["_meta"] = out_meta
     data: dict[str, Any] = {"method": method, "params": params}
     opts: dict[str, Any] = {}
     client.session._stamp(data, opts)  # type: ignore[arg-type]
     params = data["params"]
     request_id = channel.next_id()
+    headers = opts.get("headers") or {}
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        # No provider installed: the SDK's span would be a no-op whose (invalid) context injects
+        # nothing, so there is neither here. `_meta` is the request's own (a copy, or the stamp's).
+        if progress is not None:
+            params["_meta"] = {**(params.get("_meta") or {}), "progressToken": request_id}
+        message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+        return cast(dict[str, Any], await _exchange(client, channel, request_id, message, headers, progress))
     target = params.get("name")
-    traced = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)  # a provider is installed
-    # Without one the SDK's span is a no-op whose (invalid) context injects nothing: skipped alike.
-    span = otel_span if traced else _no_span
-    with span(
+    with otel_span(
         f"MCP send {method}{f' {target}' if isinstance(target, str) else ''}",
         kind=SpanKind.CLIENT,
         attributes={"mcp.method.name": method, "jsonrpc.request.id": request_id},
     ):
-        out_meta = dict(params.get("_meta") or {})
+        traced_meta = dict(params.get("_meta") or {})
         if progress is not None:
-            out_meta["progressToken"] = request_id
-        if traced:
-            inject_trace_context(out_meta)
-        if out_meta:
-            params["_meta"] = out_meta
+            traced_meta["progressToken"] = request_id
+        inject_trace_context(traced_meta)
+        if traced_meta:
+            params["_meta"] = traced_meta
         message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
-        headers = opts.get("headers") or {}
-        result: dict[str, Any] = await _exchange(client, channel, request_id, message, headers, progress)
-        return result
-
-
-@contextmanager
-def _no_span(name: str, *, kind: SpanKind, attributes: dict[str, Any]) -> Iterator[None]:
-    yield
+        return cast(dict[str, Any], await _exchange(client, channel, request_id, message, headers, progress))
 
 
 async def _exchange(

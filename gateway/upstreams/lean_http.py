@@ -7,8 +7,10 @@ the requests, runs `Auth` flows (OAuth's included) and event hooks and carries t
 It keeps a pool of idle keep-alive connections per origin (closed after `KEEPALIVE_EXPIRY`
 idle seconds, or when the server closed them), writes a request's head and a known-length
 body in one `write`, and reads a response body by Content-Length, chunked, or to EOF,
-streaming it (an SSE response) chunk by chunk. `bench/load.py` and `bench/interleaved_cpu.py` measure
-it (docs/benchmarks.md, "What the gateway adds to a call").
+streaming it (an SSE response) chunk by chunk; a body its reader is done with before its end (an
+SSE answer once its event is in) is finished in the background, so that its connection is kept.
+`bench/load.py` and `bench/interleaved_cpu.py` measure it (docs/benchmarks.md, "What the gateway
+adds to a call").
 
 What it does not do, so `gateway.upstreams.transports` does not use it then: proxies (a
 proxy from the environment for the upstream's URL keeps httpx2's own transport), HTTP/2.
@@ -26,7 +28,7 @@ from typing import Any
 
 import httpx2
 
-__all__ = ["LeanTransport", "Origin"]
+__all__ = ["Body", "LeanTransport", "Origin"]
 
 KEEPALIVE_EXPIRY = 4.0
 """Seconds an idle connection is kept: under uvicorn's 5 s keep-alive, so that the gateway
@@ -36,6 +38,10 @@ REPLAYABLE = frozenset({"GET", "HEAD", "OPTIONS"})
 byte of the answer. Not POST: the server may have run the tool call before it closed."""
 READ_SIZE = 65536
 MAX_HEAD = 65536
+FINISH_SECONDS = 1.0
+FINISH_BYTES = 65536
+"""What is read of an answer's rest after the caller has what it wanted (`Body.finish_later`):
+an SSE answer's stream normally ends right after the answer's event."""
 
 
 class _Conn:
@@ -68,8 +74,13 @@ Writer = Callable[[asyncio.StreamWriter], Awaitable[None]]
 """Sends one request on a connection (`LeanTransport.round_trip`)."""
 
 
-class _Body(httpx2.AsyncByteStream):
-    """A response body read from one connection; gives the connection back when read to its end."""
+class Body(httpx2.AsyncByteStream):
+    """A response body read from one connection; gives the connection back when read to its end.
+
+    Read chunk by chunk (`next_chunk`, or as httpx2's byte stream), each read under the read
+    timeout. `finish_later`: the caller has what it wanted (an SSE answer's event), the rest (the
+    stream's end, normally already on its way) is read in the background so that the connection
+    is kept rather than dropped."""
 
     def __init__(
         self,
@@ -84,10 +95,13 @@ class _Body(httpx2.AsyncByteStream):
         self._pool = pool
         self._origin = origin
         self._conn: _Conn | None = conn
-        self._length = length
+        self.length = length
+        """The Content-Length; None when chunked or read to EOF."""
+        self._left = length or 0
         self._chunked = chunked
         self._keep = keep
         self._timeout = read_timeout
+        self._finishing = False
 
     async def _read(self, fn: Any, *args: Any) -> bytes:
         try:
@@ -101,43 +115,51 @@ class _Body(httpx2.AsyncByteStream):
         except asyncio.LimitOverrunError as exc:
             raise httpx2.RemoteProtocolError(f"{_where(self._origin)} sent a chunk-size line over 64 KiB") from exc
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
+    async def next_chunk(self) -> bytes | None:
+        """The next piece of the body (never empty); None once it is all read (the connection
+        is given back then)."""
         conn = self._conn
         if conn is None:
-            return
+            return None
         reader = conn.reader
         if self._chunked:
-            while True:
-                line = await self._read(reader.readuntil, b"\r\n")
-                try:
-                    size = int(line.split(b";", 1)[0].strip(), 16)
-                except ValueError:
-                    raise httpx2.RemoteProtocolError(
-                        f"{_where(self._origin)} sent a malformed chunk size: {line[:40]!r}"
-                    ) from None
-                if size == 0:
-                    while (await self._read(reader.readuntil, b"\r\n")) != b"\r\n":
-                        pass  # trailers
-                    break
-                data = await self._read(reader.readexactly, size + 2)
-                if data[-2:] != b"\r\n":
-                    raise httpx2.RemoteProtocolError(f"{_where(self._origin)} sent a chunk longer than its size")
-                yield data[:-2]
-        elif self._length is not None:
-            left = self._length
-            while left > 0:
-                data = await self._read(reader.read, min(left, READ_SIZE))
-                if not data:
-                    raise httpx2.RemoteProtocolError(
-                        f"{_where(self._origin)} closed the connection before the whole body"
-                    )
-                left -= len(data)
-                yield data
-        else:
-            self._keep = False
-            while data := await self._read(reader.read, READ_SIZE):
-                yield data
-        self._done()
+            line = await self._read(reader.readuntil, b"\r\n")
+            try:
+                size = int(line.split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                raise httpx2.RemoteProtocolError(
+                    f"{_where(self._origin)} sent a malformed chunk size: {line[:40]!r}"
+                ) from None
+            if size == 0:
+                while (await self._read(reader.readuntil, b"\r\n")) != b"\r\n":
+                    pass  # trailers
+                self._done()
+                return None
+            data = await self._read(reader.readexactly, size + 2)
+            if data[-2:] != b"\r\n":
+                raise httpx2.RemoteProtocolError(f"{_where(self._origin)} sent a chunk longer than its size")
+            return data[:-2]
+        if self.length is not None:
+            if self._left <= 0:
+                self._done()
+                return None
+            data = await self._read(reader.read, min(self._left, READ_SIZE))
+            if not data:
+                raise httpx2.RemoteProtocolError(f"{_where(self._origin)} closed the connection before the whole body")
+            self._left -= len(data)
+            if self._left <= 0:
+                self._done()
+            return data
+        self._keep = False
+        data = await self._read(reader.read, READ_SIZE)
+        if not data:
+            self._done()
+            return None
+        return data
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while (data := await self.next_chunk()) is not None:
+            yield data
 
     def _done(self) -> None:
         conn, self._conn = self._conn, None
@@ -149,9 +171,35 @@ class _Body(httpx2.AsyncByteStream):
             conn.close()
 
     async def aclose(self) -> None:
+        if not self._finishing:  # else the rest is being read (`finish_later`), which closes it
+            self._abort()
+
+    def _abort(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:  # not read to its end: the connection's state is unknown
             conn.close(abort=True)
+
+    def finish_later(self) -> None:
+        """Read the rest of the body in the background, unseen, and keep the connection if it
+        ends within `FINISH_SECONDS` and `FINISH_BYTES`; drop the connection otherwise."""
+        if self._conn is None or self._finishing:
+            return
+        if not self._keep:
+            self._abort()
+            return
+        self._finishing = True
+        self._pool._finish(self)
+
+    async def _finish(self) -> None:
+        try:
+            async with asyncio.timeout(FINISH_SECONDS):
+                left = FINISH_BYTES
+                while left > 0 and (data := await self.next_chunk()) is not None:
+                    left -= len(data)
+        except (TimeoutError, httpx2.TransportError):
+            pass
+        finally:
+            self._abort()  # not ended in time (or not at all): dropped; ended: a no-op
 
 
 class LeanTransport(httpx2.AsyncBaseTransport):
@@ -161,6 +209,7 @@ class LeanTransport(httpx2.AsyncBaseTransport):
         self._idle: dict[Origin, list[_Conn]] = {}
         self._ssl = ssl_context
         self._closed = False
+        self._finishing: set[asyncio.Task[None]] = set()
 
     def _ssl_context(self) -> ssl.SSLContext:
         if self._ssl is None:
@@ -178,6 +227,11 @@ class LeanTransport(httpx2.AsyncBaseTransport):
         while idle and not idle[0].usable(now):  # the oldest first: idle close without a timer
             idle.pop(0).close()
         idle.append(conn)
+
+    def _finish(self, body: Body) -> None:
+        task = asyncio.get_running_loop().create_task(body._finish())
+        self._finishing.add(task)
+        task.add_done_callback(self._finishing.discard)
 
     async def _connect(self, origin: Origin, timeout: float | None) -> _Conn:
         scheme, host, port = origin
@@ -233,11 +287,11 @@ class LeanTransport(httpx2.AsyncBaseTransport):
         )
 
     async def round_trip(
-        self, origin: Origin, method: str, target: str, write: Writer, timeouts: dict[str, Any]
-    ) -> tuple[int, bytes, list[tuple[bytes, bytes]], _Body]:
-        """One request on a kept-alive connection of `origin` (or a new one): `write` sends it,
-        the answer's status, reason, headers and body stream come back. What
-        `handle_async_request` does under httpx2, and `gateway.upstreams.lean_post` without it."""
+        self, origin: Origin, method: str, target: str, write: Writer | bytes, timeouts: dict[str, Any]
+    ) -> tuple[int, bytes, list[tuple[bytes, bytes]], Body]:
+        """One request on a kept-alive connection of `origin` (or a new one): `write` sends it (or
+        is the whole request), the answer's status, reason, headers and body stream come back.
+        What `handle_async_request` does under httpx2, and `gateway.upstreams.lean_post` without it."""
         conn = self._acquire_idle(origin)
         if conn is not None:
             try:
@@ -266,13 +320,19 @@ class LeanTransport(httpx2.AsyncBaseTransport):
         return b"\r\n".join(lines) + b"\r\n\r\n"
 
     async def _exchange(
-        self, method: str, origin: Origin, conn: _Conn, write: Writer, timeouts: dict[str, Any]
-    ) -> tuple[int, bytes, list[tuple[bytes, bytes]], _Body]:
+        self, method: str, origin: Origin, conn: _Conn, write: Writer | bytes, timeouts: dict[str, Any]
+    ) -> tuple[int, bytes, list[tuple[bytes, bytes]], Body]:
         writer, reader = conn.writer, conn.reader
         try:
             try:
-                async with asyncio.timeout(timeouts.get("write")):
-                    await write(writer)
+                if isinstance(write, bytes):
+                    writer.write(write)
+                    if writer.transport.get_write_buffer_size():  # not all taken by the socket: wait for it
+                        async with asyncio.timeout(timeouts.get("write")):
+                            await writer.drain()
+                else:
+                    async with asyncio.timeout(timeouts.get("write")):
+                        await write(writer)
             except TimeoutError as exc:
                 raise httpx2.WriteTimeout(f"timed out sending to {origin[1]}:{origin[2]}") from exc
             try:
@@ -294,13 +354,15 @@ class LeanTransport(httpx2.AsyncBaseTransport):
         except BaseException:
             conn.close(abort=True)
             raise
-        stream = _Body(self, origin, conn, length, chunked, keep, timeouts.get("read"))
+        stream = Body(self, origin, conn, length, chunked, keep, timeouts.get("read"))
         if length == 0 and not chunked:
             stream._done()
         return status, reason, headers, stream
 
     async def aclose(self) -> None:
         self._closed = True
+        for task in list(self._finishing):
+            task.cancel()
         for conns in self._idle.values():
             for conn in conns:
                 conn.close()

@@ -5,10 +5,14 @@ A POST goes one of two ways. `DirectPost`, when nothing but the gateway's own ho
 session's httpx2 client (no `Auth` flow, the lean transport, no proxy): the request's head is
 prebuilt for the session (the client's headers, the URL's target and Host) and only its length,
 session id, stamped and trace headers are added; it is written straight on a kept-alive
-connection of `gateway.upstreams.lean_http.LeanTransport`, and the answer is read as httpx2 would
-hand it over (the status reported, `Mcp-Session-Id` noted, the body bounded by
-`gateway.upstreams.message_bounds`). Otherwise (OAuth, httpx2's own transport, or a redirect
-seen once) through the client itself, `stream_within_origin` following a same-origin redirect.
+connection of `gateway.upstreams.lean_http.LeanTransport`. Its answer, when a plain one (a 2xx JSON
+or UTF-8 SSE body, not content-encoded), is read straight off the connection: a JSON body whole, an
+SSE body event by event (`gateway.upstreams.sse_messages`), bounded as `BoundedStream` bounds it
+(`gateway.upstreams.message_bounds`); once an SSE answer's event is in, the stream's end is read in
+the background so that the connection is kept. Any other answer (an error status, a redirect...)
+becomes the `httpx2.Response` httpx2 would have handed over. Otherwise (OAuth, httpx2's own
+transport, or a redirect seen once) through the client itself, `stream_within_origin` following a
+same-origin redirect.
 
 Anything in an SSE answer that is not the request's (a sampling or elicitation request, a log or
 list_changed notification) is handed to the SDK's read stream (`HttpLean.inject`, `merged_reads`),
@@ -35,17 +39,23 @@ from mcp.shared.message import SessionMessage
 from opentelemetry import propagate, trace
 from pydantic import ValidationError
 
-from gateway.upstreams.lean_http import LeanTransport, Origin
+from gateway.upstreams.lean_http import Body, LeanTransport, Origin
 from gateway.upstreams.lean_wire import LeanCalls, OnLog, closed_error, outcome, report
-from gateway.upstreams.message_bounds import BoundedStream
+from gateway.upstreams.message_bounds import BoundedStream, EventBounds, dropped, refused_event, whole_message
 from gateway.upstreams.oauth.binding import NeedsLogin, TokenEndpointDown
+from gateway.upstreams.sse_messages import MessageEvents
 
-__all__ = ["DirectPost", "HttpLean", "merged_reads"]
+__all__ = ["DirectPost", "HttpLean", "Posted", "merged_reads"]
 
 logger = logging.getLogger(__name__)
 
 _SENT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 """What every POST of a lean request says of itself (the SDK transport's `_prepare_headers`)."""
+
+
+_SESSION_HEADER = MCP_SESSION_ID.lower().encode("ascii")
+Posted = tuple[int, bytes, list[tuple[bytes, bytes]], Body]
+"""An answer's status, reason, headers and body, unread (`LeanTransport.round_trip`)."""
 
 
 class _Sent:
@@ -74,6 +84,7 @@ class DirectPost:
         scheme = parsed.scheme
         self.origin: Origin = (scheme, parsed.host, parsed.port or (443 if scheme == "https" else 80))
         self.target = parsed.raw_path
+        self._target = self.target.decode("ascii", "replace")
         self.url = url
         self._request = httpx2.Request("POST", parsed)
         """What an answer names as its request (httpx2's SSE reader and errors read its URL)."""
@@ -82,22 +93,22 @@ class DirectPost:
         self._transport = transport
         self._timeouts = timeout.as_dict()
         self._on_status = on_status
-        self._limit = max_message_bytes
-        self._source = f"server {server!r}"
+        self.limit = max_message_bytes
+        self.source = f"server {server!r}"
         self._trace = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
         """A tracer provider is installed: the trace context goes in a header (`transports._reporting`)."""
         self._prefix = b""
-        self._prefix_for: tuple[str | None, frozenset[str]] | None = None
+        self._prefix_for: tuple[str | None, tuple[str, ...]] | None = None
 
-    def _head_prefix(self, session_id: str | None, names: frozenset[str]) -> bytes:
+    def _head_prefix(self, session_id: str | None, names: tuple[str, ...]) -> bytes:
         """The request line, Host and every header fixed for the session: the client's, except
         those a request sets itself (`names`), then `_SENT` and the session id. Rebuilt when the
-        session id or the set of per-request header names changes."""
+        session id or the per-request header names change."""
         key = (session_id, names)
         if self._prefix_for != key:
             lines = [b"POST " + self.target + b" HTTP/1.1", b"Host: " + self._host]
             fixed = {**_SENT, MCP_SESSION_ID: session_id} if session_id else dict(_SENT)
-            overridden = {name.lower() for name in fixed} | names
+            overridden = {name.lower() for name in fixed} | {name.lower() for name in names}
             for name, value in self._client_headers.raw:
                 if name.decode("latin-1").lower() not in overridden:
                     lines.append(name + b": " + value)
@@ -106,36 +117,36 @@ class DirectPost:
             self._prefix_for = key
         return self._prefix
 
-    async def post(self, body: bytes, session_id: str | None, headers: dict[str, str]) -> httpx2.Response:
-        """Send one POST; its answer as httpx2's client would give it (status reported, body bounded)."""
+    async def post(self, body: bytes, session_id: str | None, headers: dict[str, str]) -> Posted:
+        """Send one POST; its answer's status (reported), reason, headers and unread body."""
         if self._trace:
             headers = dict(headers)
             propagate.inject(headers)
-        names = frozenset(name.lower() for name in headers)
-        head = self._head_prefix(session_id, names)
-        extra = b"".join(
-            name.encode("latin-1") + b": " + value.encode("latin-1") + b"\r\n" for name, value in headers.items()
-        )
-        data = head + extra + b"Content-Length: %d\r\n\r\n" % len(body) + body
-
-        async def write(writer: Any) -> None:
-            writer.write(data)
-            await writer.drain()
-
+        head = self._head_prefix(session_id, tuple(headers))
+        if headers:
+            head += b"".join(
+                name.encode("latin-1") + b": " + value.encode("latin-1") + b"\r\n" for name, value in headers.items()
+            )
+        data = b"%sContent-Length: %d\r\n\r\n%s" % (head, len(body), body)
         status, reason, raw_headers, stream = await self._transport.round_trip(
-            self.origin, "POST", self.target.decode("ascii", "replace"), write, self._timeouts
+            self.origin, "POST", self._target, data, self._timeouts
         )
+        self._on_status(status)
+        return status, reason, raw_headers, stream
+
+    def response(self, posted: Posted, body: bytes) -> httpx2.Response:
+        """An answer as httpx2's client would give it, its body bounded (`BoundedStream`): for what
+        the lean reading leaves to httpx2 (`HttpLean._plain`)."""
+        status, reason, raw_headers, stream = posted
         response_headers = httpx2.Headers(raw_headers)
-        bounded = BoundedStream(stream, self._limit, cast(httpx2.Request, _Sent(body)), response_headers, self._source)
-        response = httpx2.Response(
+        bounded = BoundedStream(stream, self.limit, cast(httpx2.Request, _Sent(body)), response_headers, self.source)
+        return httpx2.Response(
             status,
             headers=response_headers,
             stream=bounded,
             request=self._request,
             extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason},
         )
-        self._on_status(status)
-        return response
 
 
 class HttpLean(LeanCalls):
@@ -169,8 +180,16 @@ class HttpLean(LeanCalls):
             raise closed_error()
         body = orjson.dumps(message)
         try:
-            if self.direct is not None:
-                response = await self.direct.post(body, self.session_id, headers)
+            direct = self.direct
+            if direct is not None:
+                posted = await direct.post(body, self.session_id, headers)
+                plain = _plain(posted[0], posted[2])
+                if plain is not None:
+                    kind, session_id = plain
+                    if session_id:
+                        self.session_id = session_id
+                    return await self._read_plain(direct, posted[3], kind, request_id, progress)
+                response = direct.response(posted, body)
                 try:
                     if _redirect(response):  # followed (or refused) as httpx2's path does, from now on
                         self.direct = None
@@ -196,6 +215,65 @@ class HttpLean(LeanCalls):
             # The OAuth flow refused before the request went out. The SDK's request ends "connection
             # closed" then; the same error lets `Upstream._send` name the login or the token endpoint.
             raise MCPError(types.CONNECTION_CLOSED, str(exc)) from None
+
+    async def _read_plain(self, direct: DirectPost, stream: Body, kind: str, request_id: str, progress: Any) -> Any:
+        """A plain answer (`_plain`) read straight off the connection, bounded as `BoundedStream`
+        bounds it: what `_answer` makes of the same answer through httpx2."""
+        try:
+            if kind == "json":
+                found = await whole_message(stream.next_chunk, stream.length, direct.limit)
+                if isinstance(found, bytes):
+                    return outcome(_parsed_answer(found))
+                size, exact = found
+                return outcome(dropped(request_id, size, exact, direct.limit, direct.source))
+            return await self._read_events(direct, stream, request_id, progress)
+        finally:
+            await stream.aclose()  # read to its end (or handed on): a no-op; else the connection is dropped
+
+    async def _read_events(self, direct: DirectPost, stream: Body, request_id: str, progress: Any) -> Any:
+        def refusal(named: int | str | None, size: int, exact: bool) -> bytes:
+            return orjson.dumps(
+                dropped(request_id if named is None else named, size, exact, direct.limit, direct.source)
+            )
+
+        bounds = EventBounds(direct.limit, lambda event, size, exact: refused_event(event, size, exact, refusal))
+        events = MessageEvents()
+        while True:
+            chunk = await stream.next_chunk()
+            if chunk is None:
+                rest = bounds.rest()
+                found = [*events.feed(rest), *events.end()] if rest is not None else events.end()
+            else:
+                found = [data for block in bounds.feed(chunk) for data in events.feed(block)]
+            for data in found:
+                answer = await self._on_event(data, request_id, progress)
+                if answer is not None:
+                    stream.finish_later()
+                    return outcome(answer)
+            if chunk is None:
+                raise MCPError(types.CONNECTION_CLOSED, "SSE stream ended without a response")
+
+    async def _on_event(self, data: bytes, request_id: str, progress: Any) -> dict[str, Any] | None:
+        """One event's message: the request's answer, returned; progress on it, reported; a log
+        line, relayed; anything else handed to the SDK."""
+        try:
+            message = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            message = _loads_text(data.decode("utf-8", "replace"))
+        if isinstance(message, dict) and "method" not in message and message.get("id") == request_id:
+            return message
+        params = message.get("params") if isinstance(message, dict) else None
+        if (
+            isinstance(message, dict)
+            and message.get("method") == "notifications/progress"
+            and isinstance(params, dict)
+            and params.get("progressToken") == request_id
+        ):
+            await report(progress, params)
+            return None
+        if not (isinstance(message, dict) and await self.log(message)):
+            await self._hand_over(data.decode("utf-8", "replace"))
+        return None
 
     async def _answer(self, response: httpx2.Response, request_id: str, progress: Any) -> Any:
         """The result of the POST's answer, as the SDK's transport would resolve it."""
@@ -227,23 +305,9 @@ class HttpLean(LeanCalls):
             async for event in httpx2.EventSource(response, max_event_size=None):
                 if event.event != "message" or not event.data:
                     continue
-                try:
-                    message = orjson.loads(event.data)
-                except orjson.JSONDecodeError:
-                    message = None
-                if isinstance(message, dict) and "method" not in message and message.get("id") == request_id:
-                    return outcome(message)
-                params = message.get("params") if isinstance(message, dict) else None
-                if (
-                    isinstance(message, dict)
-                    and message.get("method") == "notifications/progress"
-                    and isinstance(params, dict)
-                    and params.get("progressToken") == request_id
-                ):
-                    await report(progress, params)
-                    continue
-                if not await self.log(message):
-                    await self._hand_over(event.data)
+                answer = await self._on_event(event.data.encode(), request_id, progress)
+                if answer is not None:
+                    return outcome(answer)
         except httpx2.SSEError as exc:
             raise MCPError(types.CONNECTION_CLOSED, f"SSE stream failed: {exc}") from None
         raise MCPError(types.CONNECTION_CLOSED, "SSE stream ended without a response")
@@ -256,6 +320,44 @@ class HttpLean(LeanCalls):
             item = exc
         if self.inject is not None:
             await self.inject(item)
+
+
+def _loads_text(text: str) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _plain(status: int, raw_headers: list[tuple[bytes, bytes]]) -> tuple[str, str | None] | None:
+    """("json" or "sse", the session id) of an answer read straight off the connection: a 2xx but
+    202, not content-encoded, JSON or (in UTF-8) SSE; None leaves the answer to httpx2."""
+    if not 200 <= status < 300 or status == 202:
+        return None
+    types_: list[bytes] = []
+    sessions: list[bytes] = []
+    for name, value in raw_headers:
+        lower = name.lower()
+        if lower == b"content-type":
+            types_.append(value)
+        elif lower == _SESSION_HEADER:
+            sessions.append(value)
+        elif lower == b"content-encoding":
+            return None
+    if len(types_) != 1 or len(sessions) > 1:
+        return None
+    content_type = types_[0].lower()
+    try:
+        session_id = sessions[0].decode("ascii") if sessions else None
+    except UnicodeDecodeError:
+        return None
+    if content_type.startswith(b"application/json"):
+        return "json", session_id
+    if content_type.startswith(b"text/event-stream") and (
+        b"charset" not in content_type or b"charset=utf-8" in content_type.replace(b" ", b"").replace(b'"', b"")
+    ):
+        return "sse", session_id
+    return None
 
 
 def _redirect(response: httpx2.Response) -> bool:

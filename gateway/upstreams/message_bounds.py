@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import httpx2
@@ -32,11 +32,15 @@ __all__ = [
     "MARKER",
     "SETTING",
     "BoundedStream",
+    "EventBounds",
     "LineBuffer",
     "bound_responses",
+    "dropped",
     "message_id",
+    "refused_event",
     "too_large_error",
     "too_large_in",
+    "whole_message",
 ]
 
 logger = logging.getLogger(__name__)
@@ -161,13 +165,102 @@ class LineBuffer:
         return None if request_id is None else too_large_error(request_id, size, True, self.limit)
 
 
+def dropped(request_id: int | str, size: int, exact: bool, limit: int, source: str) -> dict[str, Any]:
+    """The error that stands for a dropped answer to `request_id` (`too_large_error`), logged."""
+    _log_dropped(size, exact, request_id, source, limit)
+    return too_large_error(request_id, size, exact, limit)
+
+
+async def whole_message(
+    next_chunk: Callable[[], Awaitable[bytes | None]], length: int | None, limit: int
+) -> bytes | tuple[int, bool]:
+    """A body that is one message, read whole through `next_chunk` (None at its end); or, when it
+    is over `limit`, (its size, exact) as soon as that is known: at once when its Content-Length
+    (`length`) says so, else when the bytes read pass it (the rest is left unread)."""
+    if length is not None and length > limit:
+        return length, True
+    chunks: list[bytes] = []
+    size = 0
+    while (chunk := await next_chunk()) is not None:
+        size += len(chunk)
+        if size > limit:
+            return size, False
+        chunks.append(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+Refuse = Callable[[bytes | bytearray, int, bool], bytes]
+"""Makes the event that stands for an event over the limit, from (its start, size, exact)."""
+
+
+class EventBounds:
+    """Splits an SSE body into whole events, none kept past `limit` bytes.
+
+    `feed` takes the body's next bytes and returns the events they complete (several at once
+    when they are small), an event over the limit replaced by what `refuse` makes of it and the
+    rest of it skipped unread up to the next event; `rest` is what is left at the body's end."""
+
+    def __init__(self, limit: int, refuse: Refuse) -> None:
+        self._limit = limit
+        self._refuse = refuse
+        self._pending = bytearray()
+        self._skipping = False
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        pending = self._pending
+        if (
+            not pending
+            and not self._skipping
+            and len(chunk) <= self._limit
+            and chunk.endswith((b"\n\n", b"\r\r", b"\r\n\r\n"))
+        ):
+            return [chunk]  # the common case: whole events, which end where the chunk does
+        out: list[bytes] = []
+        searched = max(0, len(pending) - 3)
+        pending += chunk
+        if self._skipping:  # the rest of a dropped event, up to its end
+            first = _boundary(pending, searched, last=False)
+            if first < 0:
+                del pending[:-3]  # only what a boundary split across chunks needs
+                return out
+            del pending[:first]
+            self._skipping, searched = False, 0
+        end = _boundary(pending, searched, last=True)
+        if end > self._limit:  # whole events, one of them maybe over the limit: each is measured
+            for event in _split_events(bytes(pending[:end])):
+                out.append(event if len(event) <= self._limit else self._refuse(event, len(event), True))
+            del pending[:end]
+        elif end >= 0:  # whole events, none of them over the limit
+            out.append(bytes(pending[:end]))
+            del pending[:end]
+        if len(pending) > self._limit:
+            out.append(self._refuse(pending, len(pending), False))
+            self._skipping = True
+            del pending[:-3]
+        return out
+
+    def rest(self) -> bytes | None:
+        """What is left of the body at its end, an unfinished event, if any."""
+        return bytes(self._pending) if self._pending and not self._skipping else None
+
+
+def refused_event(
+    event: bytes | bytearray, size: int, exact: bool, refusal: Callable[[int | str | None, int, bool], bytes]
+) -> bytes:
+    """The error event that stands for an event over the limit, answering the request it names
+    (its id read from its first bytes), else the one `refusal` falls back to."""
+    data = bytes(event[:EDGE]).partition(b"data:")[2].lstrip(b" ")
+    request_id = message_id(data) if data else None
+    return b"event: message\ndata: " + refusal(request_id, size, exact) + b"\n\n"
+
+
 class BoundedStream(httpx2.AsyncByteStream):
     """A response body that never holds more than `limit` bytes of one message.
 
     JSON: the body is one message, passed on whole once read (the SDK reads it whole anyway),
     or replaced by the error when over the limit (refused at once when Content-Length says so).
-    SSE: passed on an event at a time; an event over the limit is replaced by the error as an
-    event, the rest of it skipped unread up to the next event."""
+    SSE: passed on an event at a time (`EventBounds`); an event over the limit is replaced by
+    the error as an event, the rest of it skipped unread up to the next event."""
 
     def __init__(
         self, inner: httpx2.AsyncByteStream, limit: int, request: httpx2.Request, response_headers: Any, source: str
@@ -195,8 +288,7 @@ class BoundedStream(httpx2.AsyncByteStream):
                 f"{self._source} sent a message of {'' if exact else 'more than '}{size} bytes, "
                 f"over the gateway's limit of {self._limit} ({SETTING}); it answers no request the gateway can name"
             )
-        _log_dropped(size, exact, request_id, self._source, self._limit)
-        return _encoded(too_large_error(request_id, size, exact, self._limit))
+        return _encoded(dropped(request_id, size, exact, self._limit, self._source))
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
@@ -209,52 +301,26 @@ class BoundedStream(httpx2.AsyncByteStream):
             await self._inner.aclose()
 
     async def _whole(self) -> bytes:
-        if self._length is not None and self._length > self._limit:
-            return self._refusal(self._length, True, self._request_id())
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in self._inner:
-            size += len(chunk)
-            if size > self._limit:
-                return self._refusal(size, False, self._request_id())
-            chunks.append(chunk)
-        return b"".join(chunks)
+        chunks = aiter(self._inner)
+        found = await whole_message(lambda: anext(chunks, None), self._length, self._limit)
+        if isinstance(found, bytes):
+            return found
+        return self._refusal(*found, self._request_id())
 
     async def _events(self) -> AsyncIterator[bytes]:
-        pending = bytearray()
-        skipping = False
+        bounds = EventBounds(self._limit, self._refused_event)
         async for chunk in self._inner:
-            searched = max(0, len(pending) - 3)
-            pending += chunk
-            if skipping:  # the rest of a dropped event, up to its end
-                first = _boundary(pending, searched, last=False)
-                if first < 0:
-                    del pending[:-3]  # only what a boundary split across chunks needs
-                    continue
-                del pending[:first]
-                skipping, searched = False, 0
-            end = _boundary(pending, searched, last=True)
-            if end > self._limit:  # whole events, one of them maybe over the limit: each is measured
-                for event in _split_events(bytes(pending[:end])):
-                    yield event if len(event) <= self._limit else self._refused_event(event, len(event), True)
-                del pending[:end]
-            elif end >= 0:  # whole events, none of them over the limit
-                yield bytes(pending[:end])
-                del pending[:end]
-            if len(pending) > self._limit:
-                yield self._refused_event(pending, len(pending), False)
-                skipping = True
-                del pending[:-3]
-        if pending and not skipping:
-            yield bytes(pending)
+            for events in bounds.feed(chunk):
+                yield events
+        rest = bounds.rest()
+        if rest is not None:
+            yield rest
 
     def _refused_event(self, event: bytes | bytearray, size: int, exact: bool) -> bytes:
-        """The error event that stands for an event over the limit, answering the request it named."""
-        data = bytes(event[:EDGE]).partition(b"data:")[2].lstrip(b" ")
-        request_id = message_id(data) if data else None
-        if request_id is None:
-            request_id = self._request_id()
-        return b"event: message\ndata: " + self._refusal(size, exact, request_id) + b"\n\n"
+        def refusal(request_id: int | str | None, size: int, exact: bool) -> bytes:
+            return self._refusal(size, exact, self._request_id() if request_id is None else request_id)
+
+        return refused_event(event, size, exact, refusal)
 
     async def aclose(self) -> None:
         await self._inner.aclose()
