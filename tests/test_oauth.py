@@ -42,6 +42,7 @@ from gateway.upstreams.oauth.vault import FileBackend
 from tests.conftest import (
     NO_EMBEDDINGS,
     REPO,
+    START_DEADLINE,
     _read_line_with_prefix,
     free_port,
     gateway_env,
@@ -85,7 +86,7 @@ def start_provider(transport: str = "http", *extra: str) -> Provider:
         text=True,
         cwd=REPO,
     )
-    as_port, rs_port = _read_line_with_prefix(process.stdout, "PORTS=", 30, process).split(",")
+    as_port, rs_port = _read_line_with_prefix(process.stdout, "PORTS=", START_DEADLINE, process).split(",")
     path = "mcp" if transport == "http" else "sse"
     return Provider(process, f"http://127.0.0.1:{as_port}", f"http://127.0.0.1:{rs_port}/{path}")
 
@@ -160,7 +161,7 @@ async def login(config: Path, env: dict[str, str], server: str, log: Path | None
         cwd=REPO,
     )
     try:
-        url = "http" + _read_line_with_prefix(process.stdout, "http", 30, process)
+        url = "http" + _read_line_with_prefix(process.stdout, "http", START_DEADLINE, process)
         page = await browser(url)
         assert page.status_code == 200 and "Logged in to" in page.text, page.text
         out, err = await anyio.to_thread.run_sync(lambda: process.communicate(timeout=30))
