@@ -136,7 +136,7 @@ def run_cli(config: Path, env: dict[str, str], *args: str) -> subprocess.Complet
         text=True,
         env=env,
         cwd=REPO,
-        timeout=60,
+        timeout=START_DEADLINE,
     )
 
 
@@ -164,7 +164,7 @@ async def login(config: Path, env: dict[str, str], server: str, log: Path | None
         url = "http" + _read_line_with_prefix(process.stdout, "http", START_DEADLINE, process)
         page = await browser(url)
         assert page.status_code == 200 and "Logged in to" in page.text, page.text
-        out, err = await anyio.to_thread.run_sync(lambda: process.communicate(timeout=30))
+        out, err = await anyio.to_thread.run_sync(lambda: process.communicate(timeout=START_DEADLINE))
         assert process.returncode == 0, err
         if log is not None:
             log.write_text(url + "\n" + page.text + out + err)
@@ -228,7 +228,7 @@ async def test_login_then_calls_refresh_and_relogin_after_revocation(provider: P
     said: list[str] = [checked.stdout + checked.stderr]  # everything the gateway answered, for the leak check
     gateway, url = start_gateway_http(config, tmp_path, env | DEBUG_JSON_LOGS, log=log)
     try:
-        with anyio.fail_after(90):
+        with anyio.fail_after(240):
             async with gateway_client(url) as client:
                 await login(config, env, "web", log=tmp_path / "login.log")
                 await wait_for_tool(client, "web__whoami")  # the waiting server picked the grant up
@@ -275,7 +275,7 @@ async def test_a_token_endpoint_that_is_down_at_refresh_time_is_named_not_the_se
     env = oauth_env(tmp_path)
     gateway, url = start_gateway_http(config, tmp_path, env)
     try:
-        with anyio.fail_after(90):
+        with anyio.fail_after(240):
             async with gateway_client(url) as client:
                 await login(config, env, "web")
                 await wait_for_tool(client, "web__whoami")
@@ -308,7 +308,7 @@ async def test_logging_in_again_reuses_the_client_registration_and_logout_leaves
     deletes the registration with the tokens."""
     config = oauth_config(tmp_path, provider.url)
     env = oauth_env(tmp_path)
-    with anyio.fail_after(90):
+    with anyio.fail_after(240):
         await login(config, env, "web")
         await login(config, env, "web")
     assert provider.stats()["registrations"] == 1
@@ -331,7 +331,7 @@ async def test_a_pre_registered_client_from_the_environment(tmp_path: Path) -> N
         log = tmp_path / "gateway.log"
         gateway, url = start_gateway_http(config, tmp_path, env, log=log)
         try:
-            with anyio.fail_after(90):
+            with anyio.fail_after(240):
                 async with gateway_client(url) as client:
                     await login(config, env, "web", log=tmp_path / "login.log")
                     await wait_for_tool(client, "web__whoami")
@@ -357,7 +357,7 @@ async def test_an_upstream_speaking_only_sse(tmp_path: Path) -> None:
         env = oauth_env(tmp_path)
         gateway, url = start_gateway_http(config, tmp_path, env)
         try:
-            with anyio.fail_after(90):
+            with anyio.fail_after(240):
                 async with gateway_client(url) as client:
                     await login(config, env, "web")
                     await wait_for_tool(client, "web__whoami")
@@ -478,7 +478,7 @@ async def test_each_caller_reaches_the_server_with_their_own_linked_account(prov
         return types.ElicitResult(action="decline")
 
     try:
-        with anyio.fail_after(120):
+        with anyio.fail_after(240):
             await login(config, env, "web", log=tmp_path / "login.log")  # the catalog's listing only
             async with gateway_client(url, keys["ada"]) as ada:
                 await wait_for_tool(ada, "web__whoami")
@@ -554,7 +554,7 @@ async def test_a_replica_whose_refresh_lost_the_race_uses_the_grant_the_other_st
 ) -> None:
     key, store = Fernet.generate_key().decode(), tmp_path / "oauth"
     binding = OAuthBinding("web", provider.url, OAuthConfig(), Vault(FileBackend(store), key))
-    with anyio.fail_after(60):
+    with anyio.fail_after(240):
         async with anyio.create_task_group() as tg:
             flows = LinkFlows(lambda: tg)
             url = await flows.begin(binding, None, "http://127.0.0.1:9/callback")
@@ -625,7 +625,7 @@ async def test_a_callers_jwt_is_exchanged_for_their_own_token_without_a_browser(
     gateway, url = start_gateway_http(config, tmp_path, env | DEBUG_JSON_LOGS, log=log)
     said: list[str] = []
     try:
-        with anyio.fail_after(120):
+        with anyio.fail_after(240):
             await login(config, env, "web", log=tmp_path / "login.log")  # the catalog's listing only
             async with gateway_client(url, tokens["dave"]) as client:
                 await wait_for_tool(client, "web__whoami")
