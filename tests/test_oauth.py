@@ -56,6 +56,9 @@ pytestmark = pytest.mark.anyio
 OAUTH_SERVER = REPO / "tests" / "servers" / "oauth_server.py"
 TOKEN_TTL = 2
 """Seconds the test server's access tokens live: short, so the gateway must refresh them."""
+FRESH_TOKEN_TTL = 10
+"""Token lifetime for tests that need a token still fresh two steps later: the gateway refreshes at
+half its lifetime (5 s here; 1 s of `TOKEN_TTL`), room enough for a loaded machine between the steps."""
 POLL = "0.2"
 """GATEWAY_OAUTH__POLL_INTERVAL of the gateways under test."""
 
@@ -78,9 +81,9 @@ class Provider:
         assert httpx2.post(f"{self.issuer}/admin/revoke", params={"user": user}).json()["revoked"] > 0
 
 
-def start_provider(transport: str = "http", *extra: str) -> Provider:
+def start_provider(transport: str = "http", *extra: str, token_ttl: int = TOKEN_TTL) -> Provider:
     process = subprocess.Popen(
-        [sys.executable, str(OAUTH_SERVER), transport, "--token-ttl", str(TOKEN_TTL), *extra],
+        [sys.executable, str(OAUTH_SERVER), transport, "--token-ttl", str(token_ttl), *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -549,9 +552,15 @@ class _ReadsOneStaleCopy(FileBackend):
         return stale if stale is not None else super().read(server, slot)
 
 
-async def test_a_replica_whose_refresh_lost_the_race_uses_the_grant_the_other_stored(
-    provider: Provider, tmp_path: Path
-) -> None:
+async def test_a_replica_whose_refresh_lost_the_race_uses_the_grant_the_other_stored(tmp_path: Path) -> None:
+    provider = start_provider(token_ttl=FRESH_TOKEN_TTL)  # A's new token is still fresh when B looks
+    try:
+        await _lose_the_refresh_race(provider, tmp_path)
+    finally:
+        stop_process(provider.process)
+
+
+async def _lose_the_refresh_race(provider: Provider, tmp_path: Path) -> None:
     key, store = Fernet.generate_key().decode(), tmp_path / "oauth"
     binding = OAuthBinding("web", provider.url, OAuthConfig(), Vault(FileBackend(store), key))
     with anyio.fail_after(240):
@@ -564,7 +573,7 @@ async def test_a_replica_whose_refresh_lost_the_race_uses_the_grant_the_other_st
             await flows.complete(back["state"][0], back["code"][0])
         stale = FileBackend(store).read("web", "gateway")
         assert stale is not None
-        await anyio.sleep(TOKEN_TTL)  # expiring: both replicas want to refresh
+        await anyio.sleep(FRESH_TOKEN_TTL / 2)  # expiring: both replicas want to refresh
         first = await binding.auth(None)._usable(refused=None)  # replica A refreshes; the refresh token rotates
         late = OAuthBinding("web", provider.url, OAuthConfig(), Vault(_ReadsOneStaleCopy(store, stale), key))
         auth = late.auth(None)
@@ -600,6 +609,7 @@ async def test_a_callers_jwt_is_exchanged_for_their_own_token_without_a_browser(
         str(jwks),
         "--exchange-issuer",
         JWT_ISSUER,
+        token_ttl=FRESH_TOKEN_TTL,  # an exchanged token is kept from one call to the next
     )
     config = write_config(
         tmp_path / "gateway.yaml",
@@ -635,7 +645,7 @@ async def test_a_callers_jwt_is_exchanged_for_their_own_token_without_a_browser(
                 exchanged = provider.stats()["exchanges"]
                 assert text_of(await client.call_tool("web__whoami", {})) == "carol"
                 assert provider.stats()["exchanges"] == exchanged  # kept until it nears expiry
-                await anyio.sleep(TOKEN_TTL)
+                await anyio.sleep(FRESH_TOKEN_TTL / 2)
                 assert text_of(await client.call_tool("web__whoami", {})) == "carol"
                 assert provider.stats()["exchanges"] == exchanged + 1  # exchanged again
                 provider.revoke_user("carol")  # the provider ended carol's token: exchanged anew, the call goes on
