@@ -34,6 +34,11 @@ EXAMPLE_CONFIG = REPO / "tests" / "fixtures" / "example-config.yaml"
 """The example `external-mcps.yaml` as the repository ships it. Tests copy this one, never the
 repository's own file, which the README invites users to edit (change both together)."""
 
+START_DEADLINE = 120.0
+"""Seconds a test waits at most for a child process it starts (a server, a gateway, a CLI command) to
+be up. It bounds a hang and measures nothing: CI's two cores are shared with busy neighbours, where a
+start-up that takes one second alone can take twenty. How fast things start is bench/'s to say."""
+
 
 ONE_WORKER_MODULES = frozenset(
     f"tests/{name}.py"
@@ -218,7 +223,7 @@ def start_script_http(args: list[str], transport: str = "http") -> tuple[subproc
         text=True,
         cwd=REPO,
     )
-    port = _read_line_with_prefix(process.stdout, "PORT=", 20, process)
+    port = _read_line_with_prefix(process.stdout, "PORT=", START_DEADLINE, process)
     return process, f"http://127.0.0.1:{port}/{'mcp' if transport == 'http' else 'sse'}"
 
 
@@ -339,7 +344,7 @@ def start_gateway_http(
         env=gateway_env(tmp_path) | (env or {}),
         cwd=REPO,
     )
-    return process, _read_line_with_prefix(process.stderr, "mcp-gateway: serving on ", 60, process, log)
+    return process, _read_line_with_prefix(process.stderr, "mcp-gateway: serving on ", START_DEADLINE, process, log)
 
 
 @asynccontextmanager

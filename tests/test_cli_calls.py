@@ -22,6 +22,7 @@ from tests.conftest import (
     DEMO_SERVER,
     NO_EMBEDDINGS,
     REPO,
+    START_DEADLINE,
     _read_line_with_prefix,
     gateway_env,
     start_gateway_http,
@@ -100,7 +101,7 @@ async def test_calls_follow_prints_calls_recorded_after_it_started(tmp_path: Pat
         cwd=REPO,
     )
     try:
-        first = _read_line_with_prefix(follower.stdout, "{", 30, follower, output)  # type: ignore[arg-type]
+        first = _read_line_with_prefix(follower.stdout, "{", START_DEADLINE, follower, output)  # type: ignore[arg-type]
         assert json.loads("{" + first)["id"] == ids["echo"]
         later = await fill(tmp_path)
         with anyio.fail_after(20):

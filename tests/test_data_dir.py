@@ -23,6 +23,7 @@ from tests.conftest import (
     DEMO_SERVER,
     NO_EMBEDDINGS,
     REPO,
+    START_DEADLINE,
     _read_line_with_prefix,
     gateway_env,
     stop_process,
@@ -70,7 +71,7 @@ async def test_two_gateways_with_different_configs_never_see_each_others_records
         cwd=REPO,
     )
     try:
-        url = _read_line_with_prefix(http.stderr, "mcp-gateway: serving on ", 60, http)
+        url = _read_line_with_prefix(http.stderr, "mcp-gateway: serving on ", START_DEADLINE, http)
         async with Client(url) as client:
             assert (await client.call_tool("alpha__add", {"a": 2, "b": 3})).is_error is False
         # A desktop client starts a gateway of another config over stdio, uses it and quits.

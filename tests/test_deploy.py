@@ -24,7 +24,7 @@ import httpx2
 import yaml
 
 from gateway.security.auth import hash_key, new_key
-from tests.conftest import NO_EMBEDDINGS, REPO, _read_line_with_prefix, free_port
+from tests.conftest import NO_EMBEDDINGS, REPO, START_DEADLINE, _read_line_with_prefix, free_port
 from tests.load_balancer import nginx_binary
 
 DOCKERFILE = REPO / "Dockerfile"
@@ -156,7 +156,7 @@ def test_the_image_entrypoint_serves_with_its_environment_and_its_healthcheck_fo
     command = [_here(part, data_dir) for part in _exec_form("ENTRYPOINT") + _exec_form("CMD")]
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        _read_line_with_prefix(process.stderr, "mcp-gateway: serving on ", 60, process)
+        _read_line_with_prefix(process.stderr, "mcp-gateway: serving on ", START_DEADLINE, process)
         assert _healthcheck(env, data_dir) == 0
         base = f"http://127.0.0.1:{port}"
         with_key = httpx2.post(f"{base}/mcp", json=INITIALIZE, headers=MCP_HEADERS | {"Authorization": f"Bearer {key}"})

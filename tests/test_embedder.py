@@ -32,6 +32,7 @@ from gateway.router.bundled_model import (
 from gateway.router.cache import SqliteEmbeddingCache, cache_key
 from gateway.router.embedder import FastEmbedEmbedder
 from gateway.router.model_loading import load_embedder
+from tests.conftest import START_DEADLINE
 
 LOGGER = "gateway.router.model_loading"
 
@@ -586,23 +587,43 @@ def test_documents_in_bulk_run_on_workers_and_give_the_vectors_of_one_at_a_time(
 
 
 def test_queries_give_their_vectors_while_documents_are_embedded_in_bulk(data_dir: Path) -> None:
+    """Queries asked during a bulk run beside its workers and give the vectors they give alone.
+    The bulk's batches after its first wait for the queries, so the queries come while it is in
+    progress however slowly the machine runs it (how fast a bulk goes is bench/'s to say)."""
+    from gateway.router.embedder import DOCUMENT_SESSION_MIN_TEXTS
+
     workers = load_embedder(EmbeddingSettings(document_workers=2), data_dir)
     assert isinstance(workers, FastEmbedEmbedder)
     expected = workers.embed_query("read a file")
+    texts = _tool_texts(DOCUMENT_SESSION_MIN_TEXTS)  # enough for the document session
+    queried = threading.Event()
+    first_batch = threading.Event()
+    gate = threading.Lock()
+    run_before_batch = workers._yield_to_queries
+
+    def before_batch() -> None:
+        with gate:
+            first = not first_batch.is_set()
+            first_batch.set()
+        if not first:
+            queried.wait(START_DEADLINE)
+        run_before_batch()
+
+    workers._yield_to_queries = before_batch  # type: ignore[method-assign]
     results: list[np.ndarray] = []
     assert not workers.in_bulk
-    bulk = threading.Thread(target=lambda: results.append(workers.embed_documents(_tool_texts(600))))
+    bulk = threading.Thread(target=lambda: results.append(workers.embed_documents(texts)))
     bulk.start()
     try:
-        for _ in range(10_000):
-            if workers.in_bulk or not bulk.is_alive():
-                break
-            threading.Event().wait(0.001)
-        assert workers.in_bulk  # the queries below run beside the workers, on their session
-        queries = [workers.embed_query("read a file") for _ in range(5)]
+        assert first_batch.wait(START_DEADLINE)
+        queries = []
+        for _ in range(5):
+            assert workers.in_bulk  # the query runs beside the workers, on their session
+            queries.append(workers.embed_query("read a file"))
     finally:
-        bulk.join(120)
-    assert not bulk.is_alive() and results[0].shape == (600, 384) and not workers.in_bulk
+        queried.set()
+        bulk.join(START_DEADLINE)
+    assert not bulk.is_alive() and results[0].shape == (len(texts), 384) and not workers.in_bulk
     for query in queries:
         np.testing.assert_allclose(query, expected, atol=1e-6)
 

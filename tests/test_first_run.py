@@ -22,6 +22,7 @@ from gateway.security.auth import hash_key, new_key
 from tests.conftest import (
     NO_EMBEDDINGS,
     REPO,
+    START_DEADLINE,
     _read_line_with_prefix,
     free_port,
     gateway_env,
@@ -44,7 +45,7 @@ def _start(argv: list[str], env: dict[str, str], log: Path) -> tuple[subprocess.
     """Start a gateway command; return it, the URL of its serving line and the rest of its console line."""
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
     assert process.stderr is not None
-    console = _read_line_with_prefix(process.stderr, CONSOLE, 120, process, log)
+    console = _read_line_with_prefix(process.stderr, CONSOLE, START_DEADLINE, process, log)
     serving = [line for line in log.read_text().splitlines() if line.startswith(SERVING)]
     assert serving, log.read_text()
     return process, serving[-1][len(SERVING) :].strip(), console
@@ -239,7 +240,7 @@ async def test_the_readme_quick_start_works_word_by_word_from_a_fresh_clone(tmp_
     )
     try:
         assert serve.stderr is not None
-        _read_line_with_prefix(serve.stderr, CONSOLE, 120, serve, log)
+        _read_line_with_prefix(serve.stderr, CONSOLE, START_DEADLINE, serve, log)
         printed = [line for line in log.read_text().splitlines() if line.startswith("mcp-gateway: ")]
         assert printed == expected_lines.replace("8765", str(port)).splitlines()
         assert httpx2.get(f"http://127.0.0.1:{port}/admin", timeout=30).status_code == 200

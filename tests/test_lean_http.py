@@ -180,7 +180,8 @@ async def test_connection_close_is_honoured_and_idle_connections_are_closed(monk
             await client.get(server.url)
             await anyio.sleep(0.3)
             await client.get(server.url)  # a new connection; the expired one is closed
-            await anyio.sleep(0.1)
+            while server.closed < 1:  # the server sees its EOF (bounded by the fail_after)
+                await anyio.sleep(0.01)
             assert server.connections == 2 and server.closed == 1
 
 

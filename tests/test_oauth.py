@@ -42,6 +42,7 @@ from gateway.upstreams.oauth.vault import FileBackend
 from tests.conftest import (
     NO_EMBEDDINGS,
     REPO,
+    START_DEADLINE,
     _read_line_with_prefix,
     free_port,
     gateway_env,
@@ -55,6 +56,9 @@ pytestmark = pytest.mark.anyio
 OAUTH_SERVER = REPO / "tests" / "servers" / "oauth_server.py"
 TOKEN_TTL = 2
 """Seconds the test server's access tokens live: short, so the gateway must refresh them."""
+FRESH_TOKEN_TTL = 10
+"""Token lifetime for tests that need a token still fresh two steps later: the gateway refreshes at
+half its lifetime (5 s here; 1 s of `TOKEN_TTL`), room enough for a loaded machine between the steps."""
 POLL = "0.2"
 """GATEWAY_OAUTH__POLL_INTERVAL of the gateways under test."""
 
@@ -77,15 +81,15 @@ class Provider:
         assert httpx2.post(f"{self.issuer}/admin/revoke", params={"user": user}).json()["revoked"] > 0
 
 
-def start_provider(transport: str = "http", *extra: str) -> Provider:
+def start_provider(transport: str = "http", *extra: str, token_ttl: int = TOKEN_TTL) -> Provider:
     process = subprocess.Popen(
-        [sys.executable, str(OAUTH_SERVER), transport, "--token-ttl", str(TOKEN_TTL), *extra],
+        [sys.executable, str(OAUTH_SERVER), transport, "--token-ttl", str(token_ttl), *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
         cwd=REPO,
     )
-    as_port, rs_port = _read_line_with_prefix(process.stdout, "PORTS=", 30, process).split(",")
+    as_port, rs_port = _read_line_with_prefix(process.stdout, "PORTS=", START_DEADLINE, process).split(",")
     path = "mcp" if transport == "http" else "sse"
     return Provider(process, f"http://127.0.0.1:{as_port}", f"http://127.0.0.1:{rs_port}/{path}")
 
@@ -135,7 +139,7 @@ def run_cli(config: Path, env: dict[str, str], *args: str) -> subprocess.Complet
         text=True,
         env=env,
         cwd=REPO,
-        timeout=60,
+        timeout=START_DEADLINE,
     )
 
 
@@ -160,10 +164,10 @@ async def login(config: Path, env: dict[str, str], server: str, log: Path | None
         cwd=REPO,
     )
     try:
-        url = "http" + _read_line_with_prefix(process.stdout, "http", 30, process)
+        url = "http" + _read_line_with_prefix(process.stdout, "http", START_DEADLINE, process)
         page = await browser(url)
         assert page.status_code == 200 and "Logged in to" in page.text, page.text
-        out, err = await anyio.to_thread.run_sync(lambda: process.communicate(timeout=30))
+        out, err = await anyio.to_thread.run_sync(lambda: process.communicate(timeout=START_DEADLINE))
         assert process.returncode == 0, err
         if log is not None:
             log.write_text(url + "\n" + page.text + out + err)
@@ -227,7 +231,7 @@ async def test_login_then_calls_refresh_and_relogin_after_revocation(provider: P
     said: list[str] = [checked.stdout + checked.stderr]  # everything the gateway answered, for the leak check
     gateway, url = start_gateway_http(config, tmp_path, env | DEBUG_JSON_LOGS, log=log)
     try:
-        with anyio.fail_after(90):
+        with anyio.fail_after(240):
             async with gateway_client(url) as client:
                 await login(config, env, "web", log=tmp_path / "login.log")
                 await wait_for_tool(client, "web__whoami")  # the waiting server picked the grant up
@@ -274,7 +278,7 @@ async def test_a_token_endpoint_that_is_down_at_refresh_time_is_named_not_the_se
     env = oauth_env(tmp_path)
     gateway, url = start_gateway_http(config, tmp_path, env)
     try:
-        with anyio.fail_after(90):
+        with anyio.fail_after(240):
             async with gateway_client(url) as client:
                 await login(config, env, "web")
                 await wait_for_tool(client, "web__whoami")
@@ -307,7 +311,7 @@ async def test_logging_in_again_reuses_the_client_registration_and_logout_leaves
     deletes the registration with the tokens."""
     config = oauth_config(tmp_path, provider.url)
     env = oauth_env(tmp_path)
-    with anyio.fail_after(90):
+    with anyio.fail_after(240):
         await login(config, env, "web")
         await login(config, env, "web")
     assert provider.stats()["registrations"] == 1
@@ -330,7 +334,7 @@ async def test_a_pre_registered_client_from_the_environment(tmp_path: Path) -> N
         log = tmp_path / "gateway.log"
         gateway, url = start_gateway_http(config, tmp_path, env, log=log)
         try:
-            with anyio.fail_after(90):
+            with anyio.fail_after(240):
                 async with gateway_client(url) as client:
                     await login(config, env, "web", log=tmp_path / "login.log")
                     await wait_for_tool(client, "web__whoami")
@@ -356,7 +360,7 @@ async def test_an_upstream_speaking_only_sse(tmp_path: Path) -> None:
         env = oauth_env(tmp_path)
         gateway, url = start_gateway_http(config, tmp_path, env)
         try:
-            with anyio.fail_after(90):
+            with anyio.fail_after(240):
                 async with gateway_client(url) as client:
                     await login(config, env, "web")
                     await wait_for_tool(client, "web__whoami")
@@ -477,7 +481,7 @@ async def test_each_caller_reaches_the_server_with_their_own_linked_account(prov
         return types.ElicitResult(action="decline")
 
     try:
-        with anyio.fail_after(120):
+        with anyio.fail_after(240):
             await login(config, env, "web", log=tmp_path / "login.log")  # the catalog's listing only
             async with gateway_client(url, keys["ada"]) as ada:
                 await wait_for_tool(ada, "web__whoami")
@@ -548,12 +552,18 @@ class _ReadsOneStaleCopy(FileBackend):
         return stale if stale is not None else super().read(server, slot)
 
 
-async def test_a_replica_whose_refresh_lost_the_race_uses_the_grant_the_other_stored(
-    provider: Provider, tmp_path: Path
-) -> None:
+async def test_a_replica_whose_refresh_lost_the_race_uses_the_grant_the_other_stored(tmp_path: Path) -> None:
+    provider = start_provider(token_ttl=FRESH_TOKEN_TTL)  # A's new token is still fresh when B looks
+    try:
+        await _lose_the_refresh_race(provider, tmp_path)
+    finally:
+        stop_process(provider.process)
+
+
+async def _lose_the_refresh_race(provider: Provider, tmp_path: Path) -> None:
     key, store = Fernet.generate_key().decode(), tmp_path / "oauth"
     binding = OAuthBinding("web", provider.url, OAuthConfig(), Vault(FileBackend(store), key))
-    with anyio.fail_after(60):
+    with anyio.fail_after(240):
         async with anyio.create_task_group() as tg:
             flows = LinkFlows(lambda: tg)
             url = await flows.begin(binding, None, "http://127.0.0.1:9/callback")
@@ -563,7 +573,7 @@ async def test_a_replica_whose_refresh_lost_the_race_uses_the_grant_the_other_st
             await flows.complete(back["state"][0], back["code"][0])
         stale = FileBackend(store).read("web", "gateway")
         assert stale is not None
-        await anyio.sleep(TOKEN_TTL)  # expiring: both replicas want to refresh
+        await anyio.sleep(FRESH_TOKEN_TTL / 2)  # expiring: both replicas want to refresh
         first = await binding.auth(None)._usable(refused=None)  # replica A refreshes; the refresh token rotates
         late = OAuthBinding("web", provider.url, OAuthConfig(), Vault(_ReadsOneStaleCopy(store, stale), key))
         auth = late.auth(None)
@@ -599,6 +609,7 @@ async def test_a_callers_jwt_is_exchanged_for_their_own_token_without_a_browser(
         str(jwks),
         "--exchange-issuer",
         JWT_ISSUER,
+        token_ttl=FRESH_TOKEN_TTL,  # an exchanged token is kept from one call to the next
     )
     config = write_config(
         tmp_path / "gateway.yaml",
@@ -624,7 +635,7 @@ async def test_a_callers_jwt_is_exchanged_for_their_own_token_without_a_browser(
     gateway, url = start_gateway_http(config, tmp_path, env | DEBUG_JSON_LOGS, log=log)
     said: list[str] = []
     try:
-        with anyio.fail_after(120):
+        with anyio.fail_after(240):
             await login(config, env, "web", log=tmp_path / "login.log")  # the catalog's listing only
             async with gateway_client(url, tokens["dave"]) as client:
                 await wait_for_tool(client, "web__whoami")
@@ -634,7 +645,7 @@ async def test_a_callers_jwt_is_exchanged_for_their_own_token_without_a_browser(
                 exchanged = provider.stats()["exchanges"]
                 assert text_of(await client.call_tool("web__whoami", {})) == "carol"
                 assert provider.stats()["exchanges"] == exchanged  # kept until it nears expiry
-                await anyio.sleep(TOKEN_TTL)
+                await anyio.sleep(FRESH_TOKEN_TTL / 2)
                 assert text_of(await client.call_tool("web__whoami", {})) == "carol"
                 assert provider.stats()["exchanges"] == exchanged + 1  # exchanged again
                 provider.revoke_user("carol")  # the provider ended carol's token: exchanged anew, the call goes on

@@ -33,7 +33,7 @@ from plugins.openapi.explorer import Explorer
 from plugins.openapi.render import describe_schema
 from plugins.openapi.search import build_router
 from plugins.openapi.spec import ApiSpec, SpecError, parse_document
-from tests.conftest import REPO, _read_line_with_prefix, gateway_over_stdio, stop_process, write_config
+from tests.conftest import REPO, START_DEADLINE, _read_line_with_prefix, gateway_over_stdio, stop_process, write_config
 
 DATA = REPO / "tests" / "data" / "openapi"
 GITHUB = DATA / "github-api-subset.json"
@@ -92,7 +92,7 @@ def library_url() -> Iterator[str]:
         env=os.environ | {"LIBRARY_TOKEN": TOKEN},
         cwd=REPO,
     )
-    port = _read_line_with_prefix(process.stdout, "PORT=", 20, process)  # type: ignore[arg-type]
+    port = _read_line_with_prefix(process.stdout, "PORT=", START_DEADLINE, process)  # type: ignore[arg-type]
     try:
         yield f"http://127.0.0.1:{port}"
     finally:

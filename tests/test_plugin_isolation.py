@@ -29,9 +29,11 @@ HAZARD = """
         server = MCPServer("hazard")
 
         @server.tool()
-        async def block(seconds: float) -> str:
-            \"\"\"Hold the event loop (a plugin bug: time.sleep in an async tool).\"\"\"
+        async def block(seconds: float, woke: str = "") -> str:  # holds the loop (a bug: time.sleep in async)
+            open(f"{woke}.started", "w").close() if woke else None  # and touches `woke` when it wakes
             time.sleep(seconds)
+            if woke:
+                open(woke, "w").close()
             return "woke up"
 
         register("hazard", server)
@@ -53,9 +55,10 @@ def _env(tmp_path: Path) -> dict[str, str]:
     }
 
 
-def test_the_watchdog_names_the_plugin_function_holding_the_loop_within_a_second() -> None:
-    """In process: a function of a module that belongs to plugin `hazard` sleeps on the loop for 3 s;
-    the watchdog's report arrives while it still sleeps, less than a second into it."""
+def test_the_watchdog_names_the_plugin_function_while_it_holds_the_loop() -> None:
+    """In process: a function of a module that belongs to plugin `hazard` sleeps on the loop for 3 s
+    (the watchdog's threshold is 0.3 s); the watchdog's report arrives while it still sleeps. (How
+    soon is no test's business on a loaded machine.)"""
     module = ModuleType("mcp_gateway_local_plugins.hazard")
     exec(  # a function whose frame says it is plugin code, as an imported plugin's would
         "import time\ndef block(seconds):\n    time.sleep(seconds)\n", module.__dict__
@@ -72,25 +75,22 @@ def test_the_watchdog_names_the_plugin_function_holding_the_loop_within_a_second
 
     watchdog = LoopWatchdog(plugin_of, on_stall, threshold=0.3)
 
-    async def main() -> float:
+    async def main() -> None:
         with anyio.fail_after(30):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(watchdog.watch)
                 await anyio.sleep(0.2)
-                started = time.monotonic()
                 module.block(3)
                 ended = time.monotonic()
                 tg.cancel_scope.cancel()
         assert reported.is_set()
         [(stall, at)] = stalls
         assert at < ended, "reported while the loop was still held"
-        return at - started
 
-    delay = anyio.run(main)
+    anyio.run(main)
     [(stall, _)] = stalls
     assert (stall.plugin, stall.function) == ("hazard", "block")
     assert stall.describe().startswith("plugin 'hazard', in block() at ")
-    assert delay < 1.0, delay
 
 
 def test_a_served_gateway_logs_and_counts_a_stall_naming_the_plugin_and_goes_on_serving(tmp_path: Path) -> None:
@@ -121,6 +121,9 @@ def test_a_served_gateway_logs_and_counts_a_stall_naming_the_plugin_and_goes_on_
 def test_an_isolated_plugins_blocking_call_times_out_at_its_limit_while_other_calls_are_served(
     tmp_path: Path,
 ) -> None:
+    """The isolated plugin's tool blocks its child for 60 s; its limit is 2 s. The call's timeout
+    comes, and another plugin's call is answered, while the child still blocks (the tool touches
+    `woke` when it wakes): neither waited for the block, however slowly the machine runs."""
     config = write_config(
         tmp_path / "gateway.yaml",
         """
@@ -131,34 +134,25 @@ def test_an_isolated_plugins_blocking_call_times_out_at_its_limit_while_other_ca
               timeout: 2
         """,
     )
+    woke = tmp_path / "woke"
 
-    async def main() -> tuple[float, float, bool, str]:
+    async def main() -> None:
         from mcp import Client
 
-        quick_done = anyio.Event()
-        outcome: dict[str, object] = {}
-
         async def slow(client: Client) -> None:
-            started = time.monotonic()
-            result = await client.call_tool("hazard__block", {"seconds": 8})
-            outcome.update(seconds=time.monotonic() - started, meta=result.meta, is_error=result.is_error)
-            outcome["quick_first"] = quick_done.is_set()
+            result = await client.call_tool("hazard__block", {"seconds": 60, "woke": str(woke)})
+            assert not woke.exists(), "the timeout came only once the block ended"
+            assert result.is_error and "upstream_timeout" in json.dumps(result.meta), result
 
-        with anyio.fail_after(90):
+        with anyio.fail_after(120):
             async with gateway_over_stdio(config, tmp_path, _env(tmp_path)) as client:
                 await client.call_tool("hazard__block", {"seconds": 0})  # the child is up
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(slow, client)
-                    await anyio.sleep(0.3)  # the slow call is in the child by now
-                    started = time.monotonic()
+                    while not Path(f"{woke}.started").exists():  # the child blocks now
+                        await anyio.sleep(0.05)
                     quick = await client.call_tool("good__hello", {"who": "Ada"})
-                    quick_seconds = time.monotonic() - started
+                    assert not woke.exists(), "the concurrent call waited for the blocked plugin"
                     assert quick.content[0].text == "hello Ada"  # type: ignore[union-attr]
-                    quick_done.set()
-        assert outcome["quick_first"] is True
-        return quick_seconds, float(outcome["seconds"]), bool(outcome["is_error"]), json.dumps(outcome["meta"])
 
-    quick_seconds, slow_seconds, is_error, meta = anyio.run(main)
-    assert is_error and "upstream_timeout" in meta
-    assert slow_seconds < 7, "the 2 s timeout fired before the 8 s block ended"
-    assert quick_seconds < 2, "the concurrent call did not wait for the blocked plugin"
+    anyio.run(main)

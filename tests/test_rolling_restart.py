@@ -29,6 +29,7 @@ from bench.mcp_wire import CallError, HttpSession
 from tests.conftest import (
     NO_EMBEDDINGS,
     REPO,
+    START_DEADLINE,
     _read_line_with_prefix,
     free_port,
     gateway_env,
@@ -89,7 +90,7 @@ class Deployment:
         assert process.stderr is not None
         with replica.log.open("a") as log:
             log.write(f"--- start {replica.starts}\n")
-        _read_line_with_prefix(process.stderr, "mcp-gateway: serving on ", 60, process, replica.log)
+        _read_line_with_prefix(process.stderr, "mcp-gateway: serving on ", START_DEADLINE, process, replica.log)
         replica.process = process
 
 

@@ -30,7 +30,7 @@ from gateway.router.remote_embedder import EndpointEmbedder
 from gateway.router.service import RouterService, build_router
 from gateway.serving.server import GatewayServer
 from gateway.upstreams.upstream import UpstreamSpec
-from tests.conftest import REPO, _read_line_with_prefix, free_port, gateway_env, stop_process
+from tests.conftest import REPO, START_DEADLINE, _read_line_with_prefix, free_port, gateway_env, stop_process
 from tests.servers.demo_server import create_server
 from tests.test_router import CATALOG, QUERIES, DictCache, _write_eval_files
 
@@ -47,7 +47,7 @@ def start_embeddings_server(data_dir: Path, *extra: str) -> tuple[subprocess.Pop
         text=True,
         cwd=REPO,
     )
-    port = _read_line_with_prefix(process.stdout, "PORT=", 120, process)  # it loads the model first
+    port = _read_line_with_prefix(process.stdout, "PORT=", START_DEADLINE, process)  # it loads the model first
     return process, f"http://127.0.0.1:{port}/v1"
 
 

@@ -30,6 +30,7 @@ from tests.conftest import (
     DEMO_SERVER,
     NO_EMBEDDINGS,
     REPO,
+    START_DEADLINE,
     _read_line_with_prefix,
     gateway_env,
     start_gateway_http,
@@ -73,7 +74,7 @@ def traced_upstream(receiver: OtlpReceiver, transport: str = "http") -> Iterator
         env=env | {"PYTHONPATH": str(REPO)},
     )
     try:
-        port = _read_line_with_prefix(process.stdout, "PORT=", 30, process)  # type: ignore[arg-type]
+        port = _read_line_with_prefix(process.stdout, "PORT=", START_DEADLINE, process)  # type: ignore[arg-type]
         yield f"http://127.0.0.1:{port}/{'sse' if transport == 'sse' else 'mcp'}"
     finally:
         stop_process(process)
