@@ -24,6 +24,7 @@ import threading
 import time
 import weakref
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -142,10 +143,8 @@ class FastEmbedEmbedder:
         workers = document_workers or threads or available_cores()
         if bundled and model_dir is not None:  # no fastembed import: its tokenizer loader alone costs ~20 MB
             # word pieces in Python, the Rust tokenizer loaded only for a text it does not take (~13 MB)
-            model_dir_ = model_dir
-            tokenizer: Any = WordPieceTokenizer.for_model_dir(
-                model_dir, lambda: load_tokenizer(model_dir_)
-            ) or load_tokenizer(model_dir)
+            rust = partial(load_tokenizer, model_dir)
+            tokenizer: Any = WordPieceTokenizer.for_model_dir(model_dir, rust) or rust()
             self._encoder: MeanPoolingEncoder | None = mean_pooling_encoder(
                 model_dir / MODEL_FILE,
                 tokenizer,
