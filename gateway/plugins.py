@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pluggy
 
@@ -327,12 +328,32 @@ def _logged(info: PluginInfo) -> PluginInfo:
     return info
 
 
+def skip_sdk_logging_setup() -> None:
+    """Make the MCP SDK's `MCPServer(...)` skip its logging set-up where it would change nothing.
+
+    Each `MCPServer` (every plugin builds one) calls the SDK's `configure_logging`, which builds a
+    rich `RichHandler` (importing rich: 1.5 MB of an idle gateway) for `logging.basicConfig`, which
+    does nothing once the root logger has a handler, as a serving gateway's has. Without one the
+    SDK's own set-up runs as before."""
+    from mcp.server.mcpserver import server as sdk_server
+
+    original = getattr(sdk_server.configure_logging, "__wrapped__", sdk_server.configure_logging)
+
+    @functools.wraps(original)
+    def configure_logging(*args: Any, **kwargs: Any) -> None:
+        if not logging.getLogger().handlers:
+            original(*args, **kwargs)
+
+    sdk_server.configure_logging = configure_logging
+
+
 def get_plugin_manager(settings: Settings, directories: Iterable[Path] = ()) -> tuple[PluginManager, list[PluginInfo]]:
     """Build a plugin manager with every allowed plugin registered, and a report on each (also `pm.infos`).
 
     `directories`: the YAML's `plugins.directories`, relative to the config file's folder.
     Directory plugins come first (by directory, then name), then entry points (by name); hooks run in that order.
     """
+    skip_sdk_logging_setup()
     pm = PluginManager()
     pm.add_hookspecs(hookspecs)
     eps = (

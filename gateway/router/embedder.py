@@ -3,7 +3,7 @@
 For the bundled model's layout (mean pooling), queries and batches run an ONNX session
 and a tokenizer opened as fastembed opens them, directly (`gateway.router.pooling`; fastembed
 itself loads neither unless `direct` is turned off; for the bundled model fastembed is not even
-imported until then: `tokenizers` reads its shipped tokenizer files), which is what cuts a
+imported until then: its word pieces come from `gateway.router.wordpiece`), which is what cuts a
 query at `max_query_tokens` without cutting documents. Documents in bulk (more than one
 batch, once `DOCUMENT_SESSION_MIN_TEXTS` have come in one bulk) run on a second, single-threaded
 session of the same model, one batch per core at once (`document_workers`): faster on a small
@@ -24,6 +24,7 @@ import threading
 import time
 import weakref
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,7 @@ from gateway.router.bundled_model import (
     MODEL_FILE,
 )
 from gateway.router.pooling import MeanPoolingEncoder, fastembed_encoder, load_tokenizer, mean_pooling_encoder
+from gateway.router.wordpiece import WordPieceTokenizer
 
 if TYPE_CHECKING:
     pass
@@ -140,7 +142,9 @@ class FastEmbedEmbedder:
         self._queries_changed = threading.Condition()
         workers = document_workers or threads or available_cores()
         if bundled and model_dir is not None:  # no fastembed import: its tokenizer loader alone costs ~20 MB
-            tokenizer = load_tokenizer(model_dir)
+            # word pieces in Python, the Rust tokenizer loaded only for a text it does not take (~13 MB)
+            rust = partial(load_tokenizer, model_dir)
+            tokenizer: Any = WordPieceTokenizer.for_model_dir(model_dir, rust) or rust()
             self._encoder: MeanPoolingEncoder | None = mean_pooling_encoder(
                 model_dir / MODEL_FILE,
                 tokenizer,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import logging
 import time
 from collections.abc import Iterator
@@ -260,16 +261,22 @@ def _import_fastembed() -> Any:
     return TextEmbedding
 
 
-def _import_runtime(packages: tuple[str, ...]) -> None:
-    """Import what the model runs on (the bundled model: onnxruntime and tokenizers, no fastembed);
-    a `_LoadError` naming them if one cannot be imported."""
+def _import_runtime(packages: tuple[str, ...], present: tuple[str, ...] = ()) -> None:
+    """Import what the model runs on (the bundled model: onnxruntime, no fastembed), and find
+    `present` without importing it (the bundled model's `tokenizers`, imported only for a text
+    that `gateway.router.wordpiece` does not take); a `_LoadError` naming them if one is missing."""
     try:
         for package in packages:
             importlib.import_module(package)
+        for package in present:
+            if importlib.util.find_spec(package) is None:
+                raise ModuleNotFoundError(f"No module named {package!r}")
     except Exception as e:  # noqa: BLE001 - ImportError, or OSError from onnxruntime's native libraries
         raise _LoadError(
-            f"{' or '.join(packages)} cannot be imported ({type(e).__name__}: {e})"
-            + _bm25_hint(f"reinstall mcp-gateway with its dependencies ({', '.join(packages)})", _HINT_DISABLE)
+            f"{' or '.join(packages + present)} cannot be imported ({type(e).__name__}: {e})"
+            + _bm25_hint(
+                f"reinstall mcp-gateway with its dependencies ({', '.join(packages + present)})", _HINT_DISABLE
+            )
         ) from e
 
 
@@ -285,7 +292,10 @@ def _open(
     bundled: bool = False,
 ) -> FastEmbedEmbedder:
     """The model opened (`bundled`: run directly on ONNX Runtime, fastembed not imported)."""
-    _import_runtime(("onnxruntime", "tokenizers") if bundled else ("fastembed", "onnxruntime"))
+    if bundled:
+        _import_runtime(("onnxruntime",), present=("tokenizers",))
+    else:
+        _import_runtime(("fastembed", "onnxruntime"))
     try:
         with contextlib.nullcontext() if bundled else _quiet_fastembed():
             return FastEmbedEmbedder(

@@ -431,6 +431,7 @@ async def serve_http(
     config = uvicorn.Config(
         app,
         http=protocol,
+        ws="none",  # no WebSocket route: a WebSocket upgrade is answered as plain HTTP, and websockets is not imported
         timeout_keep_alive=settings.http.idle_timeout,  # type: ignore[arg-type]  # uvicorn types it int, takes a float
         log_level="warning",
         lifespan="on",
