@@ -80,6 +80,7 @@ from gateway.serving.hot_requests import (
     dump_json,
     hot_request,
     outcome,
+    passes_hot_requests,
     request_context,
 )
 from gateway.serving.http_protocol import HANG_UP_KEY
@@ -260,6 +261,7 @@ class LeanPath:
 
     # ---- noting sessions as the SDK serves them --------------------------------------------
 
+    @passes_hot_requests  # the lean path serves only sessions it has noted already
     async def _note_session(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         """A server middleware: remember the connection and dispatcher behind each session id."""
         request = ctx.request
