@@ -10,6 +10,8 @@ from typing import Any, Protocol, runtime_checkable
 import anyio.lowlevel
 import mcp_types as types
 
+from gateway.errors import GatewayError
+
 __all__ = [
     "REFUSED_NOTE",
     "CallHandler",
@@ -71,6 +73,9 @@ class ToolCall:
     """Free space for middleware to leave facts for the ones outside it."""
     caller: Caller | None = None
     """Who calls (None: the gateway itself); the admission layers check what they may call."""
+    failures: list[tuple[int, BaseException]] | None = None
+    """Where `send_call` notes each attempt that failed with a gateway error, as (attempt, error),
+    when a layer keeps them (the records' recorder sets a list); None: nobody does."""
     unresolved: Exception | None = None
     """Why the name did not resolve to a tool (its server is down and was never listed, the tool is
     withheld, the name is unknown); the admission layers refuse such a call with it. `server` is
@@ -88,7 +93,12 @@ async def send_call(call: ToolCall) -> types.CallToolResult:
     worker thread the cancellation could not stop) ends cancelled, not with the answer nobody receives:
     every layer outside counts and records it as cancelled."""
     call.attempts += 1
-    result = await call.send(call.arguments)
+    try:
+        result = await call.send(call.arguments)
+    except GatewayError as error:
+        if call.failures is not None:
+            call.failures.append((call.attempts, error))
+        raise
     await anyio.lowlevel.checkpoint_if_cancelled()
     return result
 
