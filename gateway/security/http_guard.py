@@ -40,7 +40,6 @@ from urllib.parse import urlsplit
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.transport_security import RequestBodyLimitMiddleware, TransportSecurityMiddleware
-from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -96,8 +95,8 @@ def forwardable_token(request: Any) -> str | None:
     scope = getattr(request, "scope", None)
     if not isinstance(scope, dict) or scope.get("type") != "http":
         return None
-    header = Headers(scope=scope).get("authorization", "")
-    scheme, _, token = header.partition(" ")
+    header = next((value for name, value in scope["headers"] if name == b"authorization"), b"")  # the first
+    scheme, _, token = header.decode("latin-1").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         return None
     principal = scope.get(PRINCIPAL_KEY)
@@ -206,9 +205,9 @@ class SecurityMiddleware:
         Host/Origin check, loopback only, authentication and the rate limit, in that order; the
         caller then runs the app with `run`. For a front that skips the ASGI layers
         (`gateway.serving.hot_front`) yet must refuse exactly what this middleware refuses."""
-        request = Request(scope)
         key = _origin_key(scope)
         if key is None or key not in self._origins_passed:
+            request = Request(scope)
             refused = await self._foreign(request)
             if refused is None:
                 refused = self._beyond_loopback(request, scope)
@@ -217,7 +216,7 @@ class SecurityMiddleware:
             if key is not None and len(self._origins_passed) < _ORIGINS_KEPT:
                 self._origins_passed.add(key)
         if self.authenticator is not None:
-            return await self._admit(request, scope)
+            return await self._admit(Request(scope), scope)
         return None
 
     async def run(self, scope: Scope, receive: Receive, send: Send, app: ASGIApp) -> None:
