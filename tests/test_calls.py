@@ -273,3 +273,58 @@ async def test_the_registry_validates_arguments_before_calling_a_real_server() -
             assert calls == []
             result = await registry.call_tool("maths__add", {"a": 1, "b": 2})
             assert result.structured_content == {"result": 3} and calls == [1]
+
+
+# ---- composing --------------------------------------------------------------------------------
+
+
+class _Check:
+    """A check layer (`chain.CheckLayer`) that notes its name, and refuses when told to."""
+
+    def __init__(self, name: str, seen: list[str], refuse: bool = False) -> None:
+        self.name, self.seen, self.refuse = name, seen, refuse
+
+    def check(self, call: ToolCall) -> None:
+        self.seen.append(self.name)
+        if self.refuse:
+            raise InvalidArguments(f"refused by {self.name}")
+
+    async def __call__(self, call: ToolCall, call_next: Any) -> types.CallToolResult:
+        self.check(call)
+        return await call_next(call)
+
+
+async def test_check_layers_run_in_order_between_the_layers_around_them_and_a_refusal_reaches_those_outside() -> None:
+    seen: list[str] = []
+    caught: list[BaseException] = []
+
+    async def outer(call: ToolCall, call_next: Any) -> types.CallToolResult:
+        seen.append("outer")
+        try:
+            return await call_next(call)
+        except GatewayError as exc:
+            caught.append(exc)
+            raise
+
+    async def middle(call: ToolCall, call_next: Any) -> types.CallToolResult:
+        seen.append("middle")
+        return await call_next(call)
+
+    script = Script()
+    chain = compose([outer, _Check("a", seen), _Check("b", seen), middle, _Check("c", seen)])
+    assert await chain(make_call(script)) == OK
+    assert seen == ["outer", "a", "b", "middle", "c"] and script.calls == 1
+
+    seen.clear()
+    refusing = compose([outer, _Check("a", seen), _Check("b", seen, refuse=True), middle, _Check("c", seen)])
+    with pytest.raises(InvalidArguments, match="refused by b"):
+        await refusing(make_call(script))
+    assert seen == ["outer", "a", "b"] and script.calls == 1
+    assert len(caught) == 1 and isinstance(caught[0], InvalidArguments)
+
+
+async def test_a_chain_of_checks_alone_runs_them_before_the_call() -> None:
+    seen: list[str] = []
+    script = Script()
+    assert await compose([_Check("a", seen), _Check("b", seen)])(make_call(script)) == OK
+    assert seen == ["a", "b"] and script.calls == 1

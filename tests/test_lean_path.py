@@ -234,3 +234,27 @@ def test_the_sdk_state_the_lean_path_reads_is_there() -> None:
     assert {"scope", "dctx"} <= set(_InFlight.__dataclass_fields__)
     assert "_related_request_id" in inspect.signature(JSONRPCDispatcher.send_raw_request).parameters
     assert "self._request_outbound = request_outbound" in inspect.getsource(ServerSession.__init__)
+
+
+@pytest.mark.parametrize("version", ["2024-11-05", "2025-06-18", "2025-11-25", "2026-07-28"])
+@pytest.mark.parametrize(
+    "meta",
+    [
+        {FEEDBACK_TOKEN_META_KEY: "0" * 32},
+        {FEEDBACK_TOKEN_META_KEY: "0" * 32, "mcp-gateway/error": {"code": "upstream_timeout", "server": "s"}},
+        {FEEDBACK_TOKEN_META_KEY: "0" * 32, "io.modelcontextprotocol/serverInfo": {"name": "s", "version": "1"}},
+        {FEEDBACK_TOKEN_META_KEY: "0" * 32, "other/key": [1, {"a": None}]},
+    ],
+)
+def test_a_result_with_the_gateways_meta_is_shaped_as_the_sdk_shapes_it(version: str, meta: dict[str, Any]) -> None:
+    import mcp_types as types
+    from mcp_types import methods
+
+    from gateway.serving.hot_requests import serialize
+
+    result = types.CallToolResult(
+        content=[types.TextContent(type="text", text="hi")], structured_content={"r": "hi"}, meta=meta
+    )
+    dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+    assert serialize("tools/call", version, result) == methods.serialize_server_result("tools/call", version, dumped)
+    assert serialize("tools/call", version, result)["_meta"] == meta

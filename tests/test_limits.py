@@ -113,3 +113,36 @@ async def test_limits_apply_to_calls_through_the_gateway() -> None:
         assert not (await client.call_tool("mem__add", {"a": 1, "b": 2})).is_error
         over = await client.call_tool("mem__add", {"a": 1, "b": 2})
         assert code(over) == "rate_limited" and "max_calls_per_session" in over.content[0].text  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        types.CallToolResult(content=[]),
+        types.CallToolResult(content=[types.TextContent(type="text", text="")]),
+        types.CallToolResult(
+            content=[types.TextContent(type="text", text='a"\x01\u00e9\U0001f600\n' * 5)] * 3,
+            structured_content={"a": [1, 2.5, None, True, "x\n"], "\u00e9": {"k": -1}},
+            is_error=True,
+            meta={"mcp-gateway/feedback_token": "0" * 32},
+        ),
+    ],
+)
+def test_a_plain_results_ceiling_read_from_the_model_is_never_under_its_size(result: types.CallToolResult) -> None:
+    from gateway.security.limits import _text_ceiling
+
+    size = json_bytes(result.model_dump(by_alias=True, mode="json", exclude_none=True))
+    assert size <= _text_ceiling(result) < 6 * size + 200
+    # exactly at the ceiling's edge the result is kept whole; a limit under its size cuts it
+    assert cap_result(result, LimitsConfig(max_result_bytes=max(256, size))) is result
+
+
+def test_a_result_with_other_blocks_or_values_is_measured_not_estimated() -> None:
+    from gateway.security.limits import _text_ceiling
+
+    image = types.CallToolResult(content=[types.ImageContent(type="image", data="AAAA", mime_type="image/png")])
+    odd = types.CallToolResult(content=[], structured_content={"when": (1, 2)})
+    annotated = types.CallToolResult(
+        content=[types.TextContent(type="text", text="x", annotations=types.Annotations(priority=1.0))]
+    )
+    assert all(_text_ceiling(r) == float("inf") for r in (image, odd, annotated))

@@ -352,3 +352,41 @@ async def test_a_keys_sessions_are_capped_while_another_key_is_still_served(tmp_
             assert post(url, INITIALIZE, hog).status_code == 200  # one closed: one more may open
     finally:
         stop_process(process)
+
+
+async def test_the_screen_remembers_only_what_passed_and_checks_every_other_request_again() -> None:
+    from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+
+    from gateway.config.security import AuthConfig
+    from gateway.security.http_guard import SecurityMiddleware
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        raise AssertionError("screen never runs the app")
+
+    settings = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=["127.0.0.1:*"], allowed_origins=["http://127.0.0.1:*"]
+    )
+    guard = SecurityMiddleware(
+        app,
+        guard=TransportSecurityMiddleware(settings),
+        auth=AuthConfig(),
+        endpoint_path="/mcp",
+        max_body=1000,
+        loopback_only=lambda why: f"no: {why}",
+    )
+
+    def scope(*headers: tuple[bytes, bytes], client: str = "127.0.0.1") -> dict[str, Any]:
+        return {"type": "http", "method": "POST", "path": "/mcp", "headers": list(headers), "client": (client, 5)}
+
+    local = (b"host", b"127.0.0.1:8000")
+    for _ in range(2):  # the second time from what the first one remembered
+        assert await guard.screen(scope(local, (b"origin", b"http://127.0.0.1:3000"))) is None
+    refused = [
+        scope((b"host", b"evil.example:8000")),
+        scope(local, (b"origin", b"http://evil.example")),
+        scope(local, client="203.0.113.9"),
+        scope(local, (b"x-forwarded-for", b"203.0.113.9")),
+    ]
+    for _ in range(2):
+        assert [(await guard.screen(each)) is not None for each in refused] == [True] * len(refused)
+    assert await guard.screen(scope(local, (b"origin", b"http://127.0.0.1:3000"))) is None

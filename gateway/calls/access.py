@@ -29,7 +29,8 @@ class Access:
         self.tools = tools
         self.owner_of = owner_of
 
-    async def __call__(self, call: ToolCall, call_next: CallHandler) -> types.CallToolResult:
+    def check(self, call: ToolCall) -> None:
+        """Refuse (`refuse`) a call of a tool its caller may not see, as if it did not exist."""
         if call.caller is not None:
             principal = call.caller.principal
             tools = self.tools()
@@ -42,4 +43,7 @@ class Access:
                 hidden = True  # unknown: the same error, with hints from what this caller may see
             if hidden:
                 raise refuse(call, tool_not_found(call.name, visible_names(principal, tools)))
+
+    async def __call__(self, call: ToolCall, call_next: CallHandler) -> types.CallToolResult:
+        self.check(call)  # `chain.compose` calls the check alone (`CheckLayer`)
         return await call_next(call)

@@ -5,12 +5,25 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import anyio.lowlevel
 import mcp_types as types
 
-__all__ = ["REFUSED_NOTE", "CallHandler", "Caller", "Middleware", "ToolCall", "compose", "matches_any", "refuse"]
+from gateway.errors import GatewayError
+
+__all__ = [
+    "REFUSED_NOTE",
+    "CallHandler",
+    "Caller",
+    "Check",
+    "CheckLayer",
+    "Middleware",
+    "ToolCall",
+    "compose",
+    "matches_any",
+    "refuse",
+]
 
 REFUSED_NOTE = "refused"
 """`ToolCall.notes` key an admission layer sets when it refuses a call: it never reached a server."""
@@ -60,6 +73,9 @@ class ToolCall:
     """Free space for middleware to leave facts for the ones outside it."""
     caller: Caller | None = None
     """Who calls (None: the gateway itself); the admission layers check what they may call."""
+    failures: list[tuple[int, BaseException]] | None = None
+    """Where `send_call` notes each attempt that failed with a gateway error, as (attempt, error),
+    when a layer keeps them (the records' recorder sets a list); None: nobody does."""
     unresolved: Exception | None = None
     """Why the name did not resolve to a tool (its server is down and was never listed, the tool is
     withheld, the name is unknown); the admission layers refuse such a call with it. `server` is
@@ -77,7 +93,12 @@ async def send_call(call: ToolCall) -> types.CallToolResult:
     worker thread the cancellation could not stop) ends cancelled, not with the answer nobody receives:
     every layer outside counts and records it as cancelled."""
     call.attempts += 1
-    result = await call.send(call.arguments)
+    try:
+        result = await call.send(call.arguments)
+    except GatewayError as error:
+        if call.failures is not None:
+            call.failures.append((call.attempts, error))
+        raise
     await anyio.lowlevel.checkpoint_if_cancelled()
     return result
 
@@ -86,11 +107,34 @@ def compose(middleware: Sequence[Middleware], innermost: CallHandler = send_call
     """`middleware[0]` runs first and wraps all the others; the last one wraps `innermost`.
 
     Composed once per chain (the registry recomposes only when a layer is added): a call then costs
-    each layer one coroutine, not two (a link hands on the layer's own awaitable)."""
+    each layer one coroutine, not two (a link hands on the layer's own awaitable). A layer that only
+    checks a call before the rest runs (`CheckLayer`: admission, validation) costs none: a run of
+    them is one link that calls each check, then hands on the rest's awaitable."""
     handler = innermost
+    checks: list[Check] = []
     for layer in reversed(middleware):
+        check = layer.check if isinstance(layer, CheckLayer) else None
+        if check is not None:
+            checks.append(check)
+            continue
+        if checks:
+            handler, checks = _Checked(checks, handler), []
         handler = _Link(layer, handler)
-    return handler
+    return _Checked(checks, handler) if checks else handler
+
+
+Check = Callable[[ToolCall], None]
+"""Raises to refuse a call (`refuse`); returns to let it go on."""
+
+
+@runtime_checkable
+class CheckLayer(Protocol):
+    """A middleware that only checks a call before the rest of the chain: calling it is `check(call)`,
+    then `call_next(call)` awaited as it is. `compose` calls the check alone, in no coroutine of its own."""
+
+    def check(self, call: ToolCall) -> None: ...
+
+    async def __call__(self, call: ToolCall, call_next: CallHandler) -> types.CallToolResult: ...
 
 
 class _Link:
@@ -103,6 +147,20 @@ class _Link:
 
     def __call__(self, call: ToolCall) -> Awaitable[types.CallToolResult]:
         return self.layer(call, self.rest)
+
+
+class _Checked:
+    """A run of checks bound to the rest of the chain, in order (outermost first)."""
+
+    __slots__ = ("checks", "rest")
+
+    def __init__(self, checks: list[Check], rest: CallHandler) -> None:
+        self.checks, self.rest = tuple(reversed(checks)), rest
+
+    def __call__(self, call: ToolCall) -> Awaitable[types.CallToolResult]:
+        for check in self.checks:
+            check(call)
+        return self.rest(call)
 
 
 def refuse(call: ToolCall, error: Exception) -> Exception:

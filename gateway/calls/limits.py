@@ -27,14 +27,18 @@ class CallLimits:
         self.limits = limits
         self._session_calls: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
-    async def __call__(self, call: ToolCall, call_next: CallHandler) -> types.CallToolResult:
+    def check(self, call: ToolCall) -> None:
+        """Count the call in its session (when sessions have a budget) and measure its arguments."""
         if call.caller is not None:
             try:
                 connection = call.caller.connection
-                if connection is not None:
+                if connection is not None and self.limits.max_calls_per_session is not None:
                     made = self._session_calls[connection] = self._session_calls.get(connection, 0) + 1
                     check_session_calls(made, self.limits)
                 check_arguments(call.arguments, self.limits)
             except GatewayError as error:
                 raise refuse(call, error) from None
+
+    async def __call__(self, call: ToolCall, call_next: CallHandler) -> types.CallToolResult:
+        self.check(call)  # `chain.compose` calls the check alone (`CheckLayer`)
         return await call_next(call)

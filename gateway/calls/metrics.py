@@ -40,8 +40,8 @@ class CallMetrics:
 
     async def __call__(self, call: ToolCall, call_next: CallHandler) -> types.CallToolResult:
         metrics = self.metrics
-        in_flight = metrics.server_children(call.server)[0]
-        in_flight.inc()
+        running = metrics.server_children(call.server)[0]
+        running.calls += 1
         started = time.perf_counter()
         status: CallStatus = "error"
         code: str | None = "internal_error"
@@ -60,5 +60,5 @@ class CallMetrics:
             status, code = "cancelled", None
             raise
         finally:
-            in_flight.dec()
+            running.calls -= 1
             metrics.observe_call(call.server, call.name, status, code, time.perf_counter() - started)

@@ -53,17 +53,26 @@ async def admitted(call: ToolCall) -> types.CallToolResult:
     return types.CallToolResult(content=[])
 
 
-async def runnable(call: ToolCall, call_next: CallHandler) -> types.CallToolResult:
+class _Runnable:
     """The middleware: refuse a call that did not resolve, or that its client cannot run."""
-    if call.unresolved is not None:
-        raise refuse(call, call.unresolved)
-    if call.caller is not None and not call.caller.can_run(call.tool):
-        raise refuse(
-            call,
-            TaskRequired(
-                f"Tool {call.name!r} runs only as an MCP task (execution.taskSupport: required), and this client "
-                "did not declare task support (the `tasks` capability, protocol 2025-11-25) or this gateway "
-                "cannot keep tasks for it (stateless HTTP). Use a client that supports tasks, or another tool."
-            ),
-        )
-    return await call_next(call)
+
+    def check(self, call: ToolCall) -> None:
+        if call.unresolved is not None:
+            raise refuse(call, call.unresolved)
+        if call.caller is not None and not call.caller.can_run(call.tool):
+            raise refuse(
+                call,
+                TaskRequired(
+                    f"Tool {call.name!r} runs only as an MCP task (execution.taskSupport: required), and this client "
+                    "did not declare task support (the `tasks` capability, protocol 2025-11-25) or this gateway "
+                    "cannot keep tasks for it (stateless HTTP). Use a client that supports tasks, or another tool."
+                ),
+            )
+
+    async def __call__(self, call: ToolCall, call_next: CallHandler) -> types.CallToolResult:
+        self.check(call)  # `chain.compose` calls the check alone (`CheckLayer`)
+        return await call_next(call)
+
+
+runnable = _Runnable()
+"""The middleware (a `chain.CheckLayer`)."""

@@ -42,7 +42,8 @@ class ArgumentValidator:
     def __init__(self) -> None:
         self._compiled: dict[tuple[str, str], _Compiled] = {}
 
-    async def __call__(self, call: ToolCall, call_next: CallHandler) -> types.CallToolResult:
+    def check(self, call: ToolCall) -> None:
+        """Raise `invalid_arguments` naming the parameter, when the arguments do not fit the schema."""
         with tracing.span("gateway.validation"):  # nothing while tracing is off
             problem = self.problem(call.server, call.tool, call.arguments or {})
             if problem is not None:
@@ -50,6 +51,9 @@ class ArgumentValidator:
                     f"Invalid arguments for {call.name!r}: {problem}. Expected: {signature(call.name, call.tool)}.",
                     server=call.server,
                 )
+
+    async def __call__(self, call: ToolCall, call_next: CallHandler) -> types.CallToolResult:
+        self.check(call)  # `chain.compose` calls the check alone (`CheckLayer`)
         return await call_next(call)
 
     def problem(self, server: str, tool: types.Tool, arguments: dict[str, Any]) -> str | None:

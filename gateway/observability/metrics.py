@@ -36,6 +36,7 @@ __all__ = [
     "CallStatus",
     "GatewayMetrics",
     "RouterFigures",
+    "Running",
     "SearchStatus",
     "UpstreamFigures",
 ]
@@ -121,7 +122,7 @@ class GatewayMetrics:
             registry=r,
         )
         self._call_children: dict[tuple[str, str, str], Counter] = {}
-        self._server_children: dict[str, tuple[Gauge, Histogram]] = {}
+        self._server_children: dict[str, tuple[Running, Histogram]] = {}
         self._error_codes: dict[str, set[tuple[str, str]]] = {}
         self._state = _StateCollector()
         r.register(self._state)
@@ -171,12 +172,15 @@ class GatewayMetrics:
             self._error_codes.setdefault(server, set()).add(labels)
         self.server_children(server)[1].observe(seconds)
 
-    def server_children(self, server: str) -> tuple[Gauge, Histogram]:
-        """The in-flight gauge and latency histogram of one server (`labels()` looked up once)."""
+    def server_children(self, server: str) -> tuple[Running, Histogram]:
+        """The calls running now and the latency histogram of one server (`labels()` looked up once).
+        The gauge of the calls in flight reads `Running.calls` when scraped: a call only counts."""
         server = server or NO_SERVER
         children = self._server_children.get(server)
         if children is None:
-            children = self._server_children[server] = (self.in_flight.labels(server), self.latency.labels(server))
+            running = Running()
+            self.in_flight.labels(server).set_function(running.read)
+            children = self._server_children[server] = (running, self.latency.labels(server))
         return children
 
     def forget_server(self, server: str) -> None:
@@ -197,6 +201,19 @@ class GatewayMetrics:
     def exposition(self) -> bytes:
         """Every metric in the Prometheus text format (`CONTENT_TYPE`)."""
         return generate_latest(self.registry)
+
+
+class Running:
+    """The calls of one server running now: counted on the event loop, read by a scrape. A server
+    forgotten (`forget_server`) and seen again gets a new one; calls still running count in the old."""
+
+    __slots__ = ("calls",)
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def read(self) -> float:
+        return float(self.calls)
 
 
 class _StateCollector(Collector):

@@ -21,12 +21,10 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 import mcp_types as types
 
 from gateway.calls.chain import REFUSED_NOTE, CallHandler, ToolCall
-from gateway.errors import GatewayError
 from gateway.observability.tracing import current_trace_id
 from gateway.records.model import EXECUTION_ID_NOTE, PARENT_NOTE, PendingExecution
 from gateway.records.trail import SearchTrail
@@ -53,30 +51,33 @@ RecordRefused = Callable[[ToolCall, BaseException, str], None]
 
 class _RandomIds:
     """Random (version 4) UUIDs as 32 hex digits, as `uuid.uuid4().hex` makes them, from the system's random
-    source read 4 KiB at a time: an execution id is its result's feedback token, so unguessable, and one
-    system call and one `UUID` object a call cost more than the rest of making its record."""
+    source read 4 KiB at a time and made into ids 256 at a time: an execution id is its result's feedback
+    token, so unguessable, and one system call and one `UUID` object a call cost more than the rest of
+    making its record."""
 
     _BLOCK = 4096
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._pool = b""
-        self._at = 0
+        self._ids: list[str] = []
 
     def __call__(self) -> str:
         with self._lock:
-            at = self._at
-            if at + 16 > len(self._pool):
-                self._pool, at = os.urandom(self._BLOCK), 0
-            self._at = at + 16
-            raw = bytearray(self._pool[at : at + 16])
-        raw[6] = raw[6] & 0x0F | 0x40  # version 4
-        raw[8] = raw[8] & 0x3F | 0x80  # the RFC 4122 variant
-        return raw.hex()
+            ids = self._ids
+            if not ids:
+                ids = self._ids = self._made()
+            return ids.pop()
+
+    def _made(self) -> list[str]:
+        raw = bytearray(os.urandom(self._BLOCK))
+        raw[6::16] = bytes(byte & 0x0F | 0x40 for byte in raw[6::16])  # version 4
+        raw[8::16] = bytes(byte & 0x3F | 0x80 for byte in raw[8::16])  # the RFC 4122 variant
+        hexed = raw.hex()
+        return [hexed[at : at + 32] for at in range(0, len(hexed), 32)]
 
     def forget(self) -> None:
         """In a forked child: never hand out what the parent may hand out too."""
-        self._pool, self._at = b"", 0
+        self._ids = []
 
 
 new_execution_id = _RandomIds()
@@ -113,16 +114,7 @@ class CallRecorder:
         execution_id = notes[EXECUTION_ID_NOTE] = new_execution_id()
         session_id, client_id = notes.get(SESSION_NOTE), notes.get(CLIENT_NOTE)
         attempt_errors: list[tuple[int, BaseException]] = []
-        send = call.send
-
-        async def send_noting_failures(arguments: dict[str, Any] | None) -> types.CallToolResult:
-            try:
-                return await send(arguments)
-            except GatewayError as error:
-                attempt_errors.append((call.attempts, error))
-                raise
-
-        call.send = send_noting_failures
+        call.failures = attempt_errors  # each failed attempt, noted by `chain.send_call`
         at, started = time.time(), time.perf_counter()
         self.started[execution_id] = at
         record = PendingExecution(
@@ -152,7 +144,6 @@ class CallRecorder:
                 record.error = error
             raise
         finally:
-            call.send = send  # the wrapper refers to `call`: a cycle per call, left to the garbage collector
             try:
                 if not refused:
                     record.latency_ms = (time.perf_counter() - started) * 1000

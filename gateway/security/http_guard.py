@@ -40,14 +40,13 @@ from urllib.parse import urlsplit
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.transport_security import RequestBodyLimitMiddleware, TransportSecurityMiddleware
-from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.config.security import AuthConfig
 from gateway.security.auth import Authenticator, AuthError, Principal
 from gateway.security.ratelimit import Limiter, RateLimiter
-from gateway.security.reachability import request_beyond_loopback
+from gateway.security.reachability import FORWARDING_NAMES, request_beyond_loopback
 
 __all__ = [
     "METADATA_PATH",
@@ -96,8 +95,8 @@ def forwardable_token(request: Any) -> str | None:
     scope = getattr(request, "scope", None)
     if not isinstance(scope, dict) or scope.get("type") != "http":
         return None
-    header = Headers(scope=scope).get("authorization", "")
-    scheme, _, token = header.partition(" ")
+    header = next((value for name, value in scope["headers"] if name == b"authorization"), b"")  # the first
+    scheme, _, token = header.decode("latin-1").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         return None
     principal = scope.get(PRINCIPAL_KEY)
@@ -151,6 +150,9 @@ class SecurityMiddleware:
         self.session_prefix = session_prefix
         self.loopback_only = loopback_only
         self._told_loopback_only = False
+        self._origins_passed: set[tuple[bytes | None, bytes | None, Any]] = set()
+        """Where requests that passed the Host/Origin and loopback checks came from (`_origin_key`):
+        those checks read nothing else, and what they let pass once they let pass again."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -203,13 +205,19 @@ class SecurityMiddleware:
         Host/Origin check, loopback only, authentication and the rate limit, in that order; the
         caller then runs the app with `run`. For a front that skips the ASGI layers
         (`gateway.serving.hot_front`) yet must refuse exactly what this middleware refuses."""
-        request = Request(scope)
-        refused = await self._foreign(request)
-        if refused is None:
-            refused = self._beyond_loopback(request, scope)
-        if refused is None and self.authenticator is not None:
-            refused = await self._admit(request, scope)
-        return refused
+        key = _origin_key(scope)
+        if key is None or key not in self._origins_passed:
+            request = Request(scope)
+            refused = await self._foreign(request)
+            if refused is None:
+                refused = self._beyond_loopback(request, scope)
+            if refused is not None:
+                return refused
+            if key is not None and len(self._origins_passed) < _ORIGINS_KEPT:
+                self._origins_passed.add(key)
+        if self.authenticator is not None:
+            return await self._admit(Request(scope), scope)
+        return None
 
     async def run(self, scope: Scope, receive: Receive, send: Send, app: ASGIApp) -> None:
         """`app` on a screened request, as the caller (`current_principal`)."""
@@ -314,6 +322,27 @@ class SecurityMiddleware:
         code = "insufficient_scope" if error.status == 403 else "invalid_token"
         body = {"error": code, "error_description": error.reason}
         return Refusal(error.status, body, [(b"www-authenticate", challenge.encode())])
+
+
+_ORIGINS_KEPT = 1024
+"""Origins (`_origin_key`) `SecurityMiddleware.screen` remembers as passed, at most: a few in practice."""
+
+
+def _origin_key(scope: Scope) -> tuple[bytes | None, bytes | None, Any] | None:
+    """What the Host/Origin check (`TransportSecurityMiddleware.validate_request`, which reads the
+    first `Host` and `Origin`) and the loopback check (`request_beyond_loopback`: the client's address,
+    the `Host`, any forwarding header) read of a request: (host, origin, client address). None for a
+    request with a forwarding header: checked every time."""
+    host = origin = None
+    for name, value in scope["headers"]:
+        if name == b"host":
+            host = value if host is None else host
+        elif name == b"origin":
+            origin = value if origin is None else origin
+        elif name in FORWARDING_NAMES:
+            return None
+    client = scope.get("client")
+    return host, origin, next(iter(client), None) if client else None
 
 
 def _under(path: str, prefix: str) -> bool:

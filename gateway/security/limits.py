@@ -13,6 +13,7 @@ client has no session, so only the per-caller rate limit bounds its calls.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import mcp_types as types
@@ -28,6 +29,38 @@ TRUNCATION_NOTE = "[mcp-gateway: result truncated from {size} to {limit} bytes (
 
 class SessionLimitReached(GatewayError):
     code = "rate_limited"
+
+
+_ENVELOPE_CEILING = 96
+"""At least what a result's keys and punctuation take:
+`{"content":[],"structuredContent":,"isError":false,"_meta":,"resultType":""}`."""
+_TEXT_BLOCK_CEILING = 26
+"""At least what a text block's keys and punctuation take: `{"type":"text","text":""},`."""
+
+
+def _text_ceiling(result: types.CallToolResult) -> float:
+    """At least the result's size as JSON, read from the model when its blocks are plain text (no
+    annotations, no `_meta`) and its structured content and `_meta` plain JSON; else infinity (measure it)."""
+    ceiling = _ENVELOPE_CEILING + 6 * len(str(result.result_type or ""))
+    for block in result.content:
+        if type(block) is not types.TextContent or block.annotations is not None or block.meta is not None:
+            return math.inf
+        ceiling += _TEXT_BLOCK_CEILING + 6 * len(block.text)
+    for value in (result.structured_content, result.meta):
+        if value is not None:
+            if not _plain_json(value):
+                return math.inf
+            ceiling += json_ceiling(value)
+    return ceiling
+
+
+def _plain_json(value: Any) -> bool:
+    """Whether `value` is made of JSON's own types only (what a dump in JSON mode leaves as it is)."""
+    if type(value) is dict:
+        return all(type(key) is str and _plain_json(item) for key, item in value.items())
+    if type(value) is list:
+        return all(_plain_json(item) for item in value)
+    return value is None or type(value) in (str, int, float, bool)
 
 
 def check_arguments(arguments: dict[str, Any] | None, limits: LimitsConfig) -> None:
@@ -59,6 +92,8 @@ def cap_result(result: Any, limits: LimitsConfig) -> Any:
     that took seconds of the event loop for a 60 MB text."""
     if not isinstance(result, types.CallToolResult):
         return result
+    if _text_ceiling(result) <= limits.max_result_bytes:
+        return result  # the commonest case, known without even dumping the result
     dump = result.model_dump(by_alias=True, mode="json", exclude_none=True)
     if json_ceiling(dump) <= limits.max_result_bytes:
         return result  # the common case, known without serializing

@@ -25,6 +25,7 @@ from gateway.config.runtime_settings import HttpSettings
 
 __all__ = [
     "FORWARDING_HEADERS",
+    "FORWARDING_NAMES",
     "beyond_loopback",
     "how_to_add_auth",
     "is_loopback",
@@ -35,7 +36,8 @@ __all__ = [
 FORWARDING_HEADERS = ("forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-real-ip")
 """Headers a reverse proxy adds: their presence says the request came through one."""
 
-_FORWARDING_NAMES = frozenset(name.encode() for name in FORWARDING_HEADERS)
+FORWARDING_NAMES = frozenset(name.encode() for name in FORWARDING_HEADERS)
+"""`FORWARDING_HEADERS` as ASGI names (lower-case bytes)."""
 _LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost", "ip6-loopback"})
 
 
@@ -85,7 +87,7 @@ def request_beyond_loopback(headers: Mapping[str, str], client: Iterable[object]
     raw = getattr(headers, "raw", None)  # starlette's Headers: one pass over the (lower-case) names
     names = [name for name, _ in raw] if raw is not None else [name.encode("latin-1") for name in headers]
     for name in names:
-        if name in _FORWARDING_NAMES:
+        if name in FORWARDING_NAMES:
             return f"it came through a proxy (its {name.decode('latin-1')} header)"
     if client is not None:
         address = str(next(iter(client), ""))

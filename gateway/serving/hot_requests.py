@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -28,6 +28,8 @@ from mcp_types import INTERNAL_ERROR, ErrorData, RequestParams, RequestParamsMet
 from mcp_types import methods as spec_methods
 from pydantic import BaseModel, ValidationError
 
+from gateway.errors import ERROR_META_KEY
+from gateway.records.model import FEEDBACK_TOKEN_META_KEY
 from gateway.upstreams.lean_results import surely_shaped
 
 __all__ = [
@@ -40,15 +42,20 @@ __all__ = [
     "hot_shape",
     "is_enveloped",
     "outcome",
+    "passes_hot_requests",
     "request_context",
 ]
 
 logger = logging.getLogger(__name__)
 
+_M = TypeVar("_M")
+
 HOT_METHODS = frozenset({"tools/call", "tools/list", "resources/read", "prompts/get"})
 """The requests the lean paths serve; every other one is the SDK's."""
 
 _REQUEST_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
+_GATEWAY_META = frozenset({FEEDBACK_TOKEN_META_KEY, ERROR_META_KEY})
+"""The gateway's own keys in a result's `_meta` (`_surely_shaped`)."""
 _MODERN_META_KEY = "io.modelcontextprotocol/protocolVersion"
 """Only a 2026-07-28 envelope carries it (`mcp.server.runner._has_modern_envelope`): the SDK's."""
 
@@ -149,7 +156,7 @@ def serialize(method: str, version: str, result: HandlerResult) -> dict[str, Any
         dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
     else:
         dumped = dict(result or {})
-    shaped = surely_shaped(method, version, dumped)
+    shaped = _surely_shaped(method, version, dumped)
     if shaped is not None:  # what the surface's validation and dump would give, without them
         return shaped
     try:
@@ -157,6 +164,23 @@ def serialize(method: str, version: str, result: HandlerResult) -> dict[str, Any
     except ValidationError:
         logger.exception("handler for %r returned an invalid result", method)
         raise MCPError(code=INTERNAL_ERROR, message="Handler returned an invalid result") from None
+
+
+def _surely_shaped(method: str, version: str, dumped: dict[str, Any]) -> dict[str, Any] | None:
+    """`surely_shaped`, past the gateway's own `_meta` keys (the feedback token every recorded call
+    carries, a gateway error's code): a result's `_meta` is a free JSON object the SDK's shaping passes
+    through unchanged, so those keys are put back as they are around the shape check of the rest."""
+    meta = dumped.get("_meta")
+    if type(meta) is not dict or _GATEWAY_META.isdisjoint(meta):
+        return surely_shaped(method, version, dumped)
+    rest = {key: value for key, value in meta.items() if key not in _GATEWAY_META}
+    probe = {key: value for key, value in dumped.items() if key != "_meta"}
+    if rest:
+        probe["_meta"] = rest
+    shaped = surely_shaped(method, version, probe)  # `probe` itself, or a copy of it: either is ours
+    if shaped is not None:
+        shaped["_meta"] = meta
+    return shaped
 
 
 def dump_json(message: Mapping[str, Any]) -> bytes:
@@ -185,14 +209,46 @@ def request_context(
     )
 
 
+def passes_hot_requests(middleware: _M) -> _M:
+    """Mark a server middleware that hands every hot request a lean path serves straight on (it acts
+    only on what `hot_request` leaves to the SDK): the lean paths leave it out of their chain."""
+    middleware.passes_hot_requests = True  # type: ignore[attr-defined]
+    return middleware
+
+
 def compose(server: Server[Any], hot: Hot) -> CallNext:
     """The server's middleware around `hot`'s handler, outermost first
-    (`ServerRunner._compose_server_middleware`)."""
+    (`ServerRunner._compose_server_middleware`), less the layers that pass hot requests on
+    (`passes_hot_requests`). A link hands on the layer's own awaitable: one coroutine a layer."""
     call: CallNext = partial(run_handler, hot)
-    for each in reversed(server.middleware):
-        call = partial(_apply, each, call)
+    for each in reversed(_hot_layers(server)):
+        call = _Link(each, call)
     return call
 
 
-async def _apply(middleware: Any, call_next: CallNext, ctx: ServerRequestContext[Any, Any]) -> HandlerResult:
-    return await middleware(ctx, call_next)
+def _hot_layers(server: Server[Any]) -> tuple[Any, ...]:
+    """The server's middleware that a hot request meets, worked out once per list of middleware."""
+    layers = tuple(server.middleware)
+    cached = _LAYERS.get(id(server))
+    if cached is None or cached[0] != layers:
+        if len(_LAYERS) > 64:  # servers come and go in tests: never more than a few at once
+            _LAYERS.clear()
+        kept = tuple(each for each in layers if not getattr(each, "passes_hot_requests", False))
+        cached = _LAYERS[id(server)] = (layers, kept)
+    return cached[1]
+
+
+_LAYERS: dict[int, tuple[tuple[Any, ...], tuple[Any, ...]]] = {}
+"""Server id -> (its middleware, the layers hot requests meet); the first compared on every use."""
+
+
+class _Link:
+    """One server middleware bound to the rest of the chain."""
+
+    __slots__ = ("layer", "rest")
+
+    def __init__(self, layer: Any, rest: CallNext) -> None:
+        self.layer, self.rest = layer, rest
+
+    def __call__(self, ctx: ServerRequestContext[Any, Any]) -> Awaitable[HandlerResult]:
+        return self.layer(ctx, self.rest)

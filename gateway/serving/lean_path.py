@@ -80,6 +80,7 @@ from gateway.serving.hot_requests import (
     dump_json,
     hot_request,
     outcome,
+    passes_hot_requests,
     request_context,
 )
 from gateway.serving.http_protocol import HANG_UP_KEY
@@ -260,6 +261,7 @@ class LeanPath:
 
     # ---- noting sessions as the SDK serves them --------------------------------------------
 
+    @passes_hot_requests  # the lean path serves only sessions it has noted already
     async def _note_session(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         """A server middleware: remember the connection and dispatcher behind each session id."""
         request = ctx.request
@@ -284,8 +286,9 @@ class LeanPath:
     # ---- ASGI ----------------------------------------------------------------------------
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        session = self._session_for(scope) if scope["type"] == "http" and scope["method"] == "POST" else None
-        if session is None:
+        request = Request(scope, receive) if scope["type"] == "http" and scope["method"] == "POST" else None
+        session = self._session_for(scope, request) if request is not None else None
+        if session is None or request is None:
             await self.app(scope, receive, send)
             return
         messages: list[Message] = []
@@ -294,16 +297,17 @@ class LeanPath:
             messages.append(message)
             if message["type"] != "http.request" or not message.get("more_body", False):
                 break
-        request = _hot_request(messages, self.server, session.connection.protocol_version, self.leave)
-        if request is None:
+        hot = _hot_request(messages, self.server, session.connection.protocol_version, self.leave)
+        if hot is None:
             await self.app(scope, _replaying(messages, receive), send)
             return
         self.served += 1
-        logger.debug("lean path: %s %r", request.method, request.id)
-        await self._serve(session, request, scope, receive, send)
+        logger.debug("lean path: %s %r", hot.method, hot.id)
+        await self._serve(session, hot, request, scope, receive, send)
 
-    def _session_for(self, scope: Scope) -> _Session | None:
-        """The open session a POST to the endpoint names, when the lean path may serve it."""
+    def _session_for(self, scope: Scope, request: Request) -> _Session | None:
+        """The open session a POST to the endpoint names, when the lean path may serve it (`request`:
+        the one the handler gets, whose headers are parsed once)."""
         if scope["path"] != self.path:
             return None
         headers = _headers(scope)
@@ -327,29 +331,33 @@ class LeanPath:
             return None
         if not connection.initialize_accepted or connection.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
             return None
-        request = Request(scope)  # the SDK's own checks of both headers, as its transport runs them
+        # the SDK's own checks of both headers, as its transport runs them
         if not transport._check_content_type(request) or not all(check_accept_headers(request)):
             return None
         return session
 
-    async def _serve(self, session: _Session, request: Hot, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _serve(
+        self, session: _Session, hot: Hot, request: Request, scope: Scope, receive: Receive, send: Send
+    ) -> None:
         transport = session.transport
         idle = transport.idle_scope if transport._idle_timeout is not None else None
         if idle is not None:  # a request in flight holds the session, as in the transport's handle_request
             transport._requests_in_flight += 1
             idle.deadline = math.inf
         try:
-            await self._answer(session, request, scope, receive, send)
+            await self._answer(session, hot, request, scope, receive, send)
         finally:
             if idle is not None:
                 transport._requests_in_flight -= 1
                 if not transport._requests_in_flight:
                     idle.deadline = anyio.current_time() + transport._idle_timeout
 
-    async def _answer(self, session: _Session, hot: Hot, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _answer(
+        self, session: _Session, hot: Hot, request: Request, scope: Scope, receive: Receive, send: Send
+    ) -> None:
         answer = _Answer(send, session.transport.mcp_session_id.encode("latin-1"))
         channel = _LeanDispatch(hot.id, hot.params, session, answer)
-        ctx = request_context(hot, channel, session.connection, session.lifespan_state, Request(scope, receive))
+        ctx = request_context(hot, channel, session.connection, session.lifespan_state, request)
         call = compose(self.server, hot)
         call_scope = anyio.CancelScope()
         in_flight, key = session.dispatcher._in_flight, coerce_request_id(hot.id)

@@ -48,10 +48,12 @@ class Notifications:
         """Exposed resource URI -> the handshake-era connections subscribed to it."""
 
     def remember(self, ctx: ServerRequestContext[Any, Any]) -> None:
-        """Note the connection of a handshake-era request."""
+        """Note the connection of a handshake-era request (on every request: one dropped after a failed
+        notification comes back with its next request). Looked up before it is added: a lookup makes
+        no new weak reference, an addition one with a callback."""
         if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             connection = connection_of(ctx)
-            if connection is not None:
+            if connection is not None and connection not in self.connections:
                 self.connections.add(connection)
 
     async def lists_changed(self, kinds: set[str]) -> None:

@@ -50,6 +50,7 @@ from gateway.relay import connection_of
 from gateway.security.http_guard import forwardable_token, principal_in
 from gateway.serving.connect import caller_account
 from gateway.serving.exposure import GATEWAY_TOOL_NAMES
+from gateway.serving.hot_requests import passes_hot_requests
 from gateway.serving.passthrough import expose_result_uris, forwarded_meta, relayed_error
 from gateway.upstreams.tasks import TASKS_PROTOCOL_VERSION, runs_tasks, send_raw, task_support, tasks_of
 
@@ -234,6 +235,7 @@ class TaskProxy:
 
     # ---- tools/call with `task` ---------------------------------------------------------
 
+    @passes_hot_requests  # a hot request is never task-augmented (`hot_requests.hot_shape`)
     async def _task_augmented_call(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         if ctx.method != "tools/call" or not isinstance(ctx.params, Mapping) or ctx.params.get("task") is None:
             return await call_next(ctx)
