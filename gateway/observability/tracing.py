@@ -53,6 +53,7 @@ __all__ = [
     "current_trace_id",
     "enabled",
     "mark_failed",
+    "provider_installed",
     "record_span",
     "skip_idle_request_spans",
     "span",
@@ -317,7 +318,7 @@ class RequestSpans:
     def __call__(self, ctx: Any, call_next: Any) -> Any:
         """The rest of the chain's awaitable as it is when there is nothing to trace (no coroutine of its own)."""
         meta = ctx.meta
-        if _tracer is None and not (meta and "traceparent" in meta) and not _provider_installed():
+        if _tracer is None and not (meta and "traceparent" in meta) and not provider_installed():
             return call_next(ctx)
         return self.sdk(ctx, call_next)
 
@@ -326,7 +327,7 @@ _NAMED_PROVIDER = "OTEL_PYTHON_TRACER_PROVIDER"
 """The variable naming a provider the API loads on first use (`opentelemetry.environment_variables`)."""
 
 
-def _provider_installed() -> bool:
+def provider_installed() -> bool:
     """Whether the process has a tracer provider (anyone's), as `get_tracer_provider` would say, without its
     per-call look into `os.environ` (a third of a proxied call's tracing-off cost): the API sets its global
     once and never unsets it, so it is read as it is; a provider named in the environment counts as installed
