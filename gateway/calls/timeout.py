@@ -115,6 +115,7 @@ class _Deadlines:
         self._handle, self._at = None, math.inf
         now = self.loop.time()
         earliest = math.inf
+        due = []
         for seconds, queue in list(self._queues.items()):
             while queue:
                 deadline, scope = queue[0]
@@ -123,11 +124,13 @@ class _Deadlines:
                     break
                 queue.popleft()
                 if scope is not None:
-                    scope.cancel()
+                    due.append(scope)
             if not queue:
                 del self._queues[seconds]
         if earliest < math.inf:
-            self._set(earliest)
+            self._set(earliest)  # first: whatever a cancellation does, the later deadlines stay watched
+        for scope in due:
+            scope.cancel()
 
 
 class _PerThread(threading.local):
