@@ -149,6 +149,41 @@ async def test_a_timeout_tells_the_model_to_check_before_repeating_a_tool_that_i
     assert ("Try again" in caught.value.message) is idempotent
 
 
+async def test_calls_under_way_each_meet_their_own_deadline_and_no_other() -> None:
+    """The deadlines share one timer: a short one cuts only its own call, a longer one that ends in
+    time is left alone, and one past its own time is cut in turn; calls that ended leave nothing behind."""
+    ended: list[str] = []
+
+    def sleeper(name: str, seconds: float) -> Callable[[dict[str, Any] | None], Any]:
+        async def send(arguments: dict[str, Any] | None) -> types.CallToolResult:
+            await anyio.sleep(seconds)
+            ended.append(name)
+            return OK
+
+        return send
+
+    outcomes: dict[str, str] = {}
+
+    async def run(name: str, seconds: float, timeout: float) -> None:
+        try:
+            await compose([apply_timeout])(make_call(sleeper(name, seconds), timeout=timeout))
+            outcomes[name] = "ok"
+        except UpstreamTimeout:
+            outcomes[name] = "timeout"
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run, "short", math.inf, 0.05)
+        tg.start_soon(run, "in time", 0.15, 5.0)
+        tg.start_soon(run, "quick", 0.0, 0.05)
+        tg.start_soon(run, "long", math.inf, 0.3)
+        tg.start_soon(run, "unbounded", 0.0, math.inf)
+    assert outcomes == {"short": "timeout", "in time": "ok", "quick": "ok", "long": "timeout", "unbounded": "ok"}
+    assert sorted(ended) == ["in time", "quick", "unbounded"]
+    for _ in range(3):  # the same timeout again, after the first ones ended: the timer is set anew
+        await run("again", math.inf, 0.05)
+        assert outcomes["again"] == "timeout"
+
+
 # ---- circuit breaker ----------------------------------------------------------------------------
 
 

@@ -490,6 +490,40 @@ def test_stored_arguments_stay_within_the_limit_even_when_escaping_doubles_them(
     assert truncated_arguments({"a": 1}, 1024, lambda key: False, lambda text: text) == '{"a":1}'
 
 
+@pytest.mark.parametrize("budget", [0, 1, 5, 8, 11, 12, 13, 20, 23, 24, 25, 40, 1000])
+def test_a_flat_object_of_strings_and_numbers_is_copied_as_the_walk_copies_it(budget: int) -> None:
+    """`shrink`'s short way for flat arguments gives the walk's copy and verdict, at every budget, with
+    secret keys and configured secrets masked; anything else takes the walk."""
+    from gateway.records import cut
+
+    def is_secret(key: str) -> bool:
+        return "key" in key
+
+    def mask(text: str) -> str:
+        return text.replace("hunter2", "***")
+
+    cases: list[dict[Any, Any]] = [
+        {},
+        {"text": "hello"},
+        {"q": "a hunter2 b", "limit": 10, "api_key": "zzzzzzzzzz", "deep": True, "none": None, "f": 1.5},
+        {"hunter2": "x", "n": -1},
+        {"nested": {"a": 1}},
+        {"list": [1, 2]},
+        {1: "non-string key"},
+        {"s": "é" * 9},
+    ]
+    for arguments in cases:
+        walked = cut._walked(arguments, budget, is_secret, mask)
+        flat = cut._flat(arguments, budget, is_secret, mask)
+        if flat is not None:
+            assert (flat, False) == walked, (arguments, budget)
+        slow_way = [v for v in arguments.values() if not isinstance(v, str | int | float | type(None))]
+        if slow_way or any(not isinstance(k, str) for k in arguments):
+            assert flat is None
+        elif budget >= 1000:
+            assert flat is not None  # what fits takes the short way
+
+
 def test_the_writer_bound_in_bytes_drops_and_counts_and_holds_large_calls_as_cut_rows(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "r.sqlite3")
     records = Records(records_settings(buffer_bytes=128 * 1024, batch_size=1000), store)

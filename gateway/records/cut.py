@@ -97,6 +97,14 @@ def shrink(value: Any, budget: int, is_secret: IsSecret, mask: Mask) -> tuple[An
     """A copy of JSON-like `value` with secret keys' values as `***` and configured secrets masked in every
     string, spending about `budget` characters: the string that crosses the budget is masked in full, then
     sliced, and what comes after it is left out. Returns the copy and whether anything was cut or left out."""
+    flat = _flat(value, budget, is_secret, mask) if type(value) is dict else None
+    if flat is not None:
+        return flat, False
+    return _walked(value, budget, is_secret, mask)
+
+
+def _walked(value: Any, budget: int, is_secret: IsSecret, mask: Mask) -> tuple[Any, bool]:
+    """`shrink`'s copy of any value, walked."""
     left = budget
     cut = False
 
@@ -138,6 +146,38 @@ def shrink(value: Any, budget: int, is_secret: IsSecret, mask: Mask) -> tuple[An
     return walk(value), cut
 
 
+_SCALARS = (int, float, bool, type(None))
+
+
+def _flat(value: dict[Any, Any], budget: int, is_secret: IsSecret, mask: Mask) -> dict[str, Any] | None:
+    """`shrink`'s copy of an object of strings and numbers that fits in `budget` (most calls' arguments),
+    spent exactly as the walk spends it, without its closures or recursion; None for any other value,
+    or one the walk would cut, which the walk then copies."""
+    left = budget
+    copy: dict[str, Any] = {}
+    for key, inner in value.items():
+        if type(key) is not str or left <= 0 or len(key) + 2 > left:
+            return None
+        left -= len(key) + 2
+        if is_secret(key):
+            copy[mask(key)] = MASK
+        elif type(inner) is str:
+            if len(inner) + 2 > left:
+                return None
+            left -= len(inner) + 2
+            copy[mask(key)] = mask(inner)
+        elif type(inner) in _SCALARS:
+            left -= _NODE_BYTES
+            copy[mask(key)] = inner
+        else:
+            return None
+    return copy
+
+
+_to_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
+"""`json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)`, its encoder made once."""
+
+
 def _marker(original_bytes: int, **fields: Any) -> str:
     marker = {TRUNCATED_KEY: True, "original_bytes": original_bytes, **fields}
     return json.dumps(marker, ensure_ascii=False, separators=(",", ":"))
@@ -148,7 +188,7 @@ def truncated_arguments(arguments: Any, limit: int, is_secret: IsSecret, mask: M
     `{"_truncated": true, "original_bytes": N, "preview": "<the JSON's first bytes>"}` within `limit`
     (N is the size the client sent: the one full pass over the value, only for arguments that were cut)."""
     shrunk, cut = shrink(arguments, limit, is_secret, mask)
-    text = json.dumps(shrunk, ensure_ascii=False, separators=(",", ":"), default=str)
+    text = _to_json(shrunk)
     if not cut and utf8_bytes(text) <= limit:
         return text
     original = json_bytes(arguments)

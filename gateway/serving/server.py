@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import mcp_types as types
 from mcp.server import NotificationOptions, Server, ServerRequestContext
-from mcp.server.context import CallNext, HandlerResult
+from mcp.server.context import CallNext, HandlerResult, ServerMiddleware
 from mcp.server.models import InitializationOptions
 from mcp.server.runner import serve_dual_era_loop
 from mcp.shared.exceptions import MCPDeprecationWarning
@@ -162,7 +162,8 @@ class GatewayServer:
         registry.task_status_listeners.append(self.tasks.on_status)
         if router is not None:
             registry.metrics.watch_router(router.figures)
-        self.server.middleware.append(self._track_connection)
+        # Typed as returning a coroutine; the SDK and the lean paths only await what a layer returns.
+        self.server.middleware.append(cast("ServerMiddleware[Any]", self._track_connection))
         self.server.instructions = self._instructions()
         registry.change_listeners.append(self._on_catalog_change)
         registry.resource_listeners.append(self.notifications.resource_updated)
@@ -170,14 +171,20 @@ class GatewayServer:
 
     # ---- connections and notifications -----------------------------------------
 
-    async def _track_connection(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+    def _track_connection(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Awaitable[HandlerResult]:
         """Remember handshake-era connections: they get change notifications on their own channel.
 
         The handshake itself waits (bounded, `startup.HANDSHAKE_WAIT_SECONDS`) for servers still
-        connecting, so that the instructions it carries include theirs.
+        connecting, so that the instructions it carries include theirs. Any other request is handed
+        on as the rest's own awaitable: no coroutine of this layer's own on every call.
         """
         if ctx.method in ("initialize", "server/discover"):
-            await self.startup.handshake()
+            return self._handshake(ctx, call_next)
+        self.notifications.remember(ctx)
+        return call_next(ctx)
+
+    async def _handshake(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        await self.startup.handshake()
         self.notifications.remember(ctx)
         return await call_next(ctx)
 
