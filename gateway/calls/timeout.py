@@ -2,9 +2,10 @@
 `notifications/cancelled` to the upstream, so a hung tool does not keep working for nobody.
 
 Each call runs in a cancel scope of its own, as under `anyio.fail_after`; what it does not get is a
-timer of its own. The deadlines of the calls under way on an event loop share one (`_Deadlines`):
-a call's scope is cancelled by it when the call's time is up, exactly as the scope's own timer would,
-and a call that ends in time costs a queue entry instead of a timer made, scheduled and cancelled.
+timer of its own. The calls under way on an event loop with the same timeout share one
+(`gateway.lazy_timers.DueQueue`, `_Deadlines`): a call's scope is cancelled by it when the call's
+time is up, exactly as the scope's own timer would, and a call that ends in time costs a queue
+entry instead of a timer made, scheduled and cancelled.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import asyncio
 import math
 import threading
 import time
-from collections import deque
 from typing import Any
 
 import anyio
@@ -21,6 +21,7 @@ import mcp_types as types
 
 from gateway.calls.chain import CallHandler, ToolCall
 from gateway.errors import UpstreamTimeout
+from gateway.lazy_timers import DueEntry, DueQueue
 from gateway.observability import tracing
 
 __all__ = ["apply_timeout"]
@@ -44,7 +45,8 @@ async def apply_timeout(call: ToolCall, call_next: CallHandler) -> types.CallToo
                 with scope:
                     return await call_next(call)
             finally:
-                entry[1] = None  # ended: the shared timer forgets it
+                if entry is not None:
+                    entry.done()  # ended: the shared timer forgets it
     except TimeoutError:
         pass
     error = UpstreamTimeout(
@@ -71,66 +73,30 @@ def _what_next(call: ToolCall) -> str:
 
 
 class _Deadlines:
-    """The deadlines of the calls under way on one asyncio event loop, behind one timer.
+    """The deadlines of the calls under way on one asyncio event loop: one `DueQueue` (and so
+    one timer) per timeout value, since calls with the same timeout end their time in the order
+    they started. When one falls due its scope is cancelled, as the scope's own timer would."""
 
-    Calls with the same timeout end their time in the order they started, so each timeout has a
-    queue in that order: a call adds its entry at the back, entries of calls that ended leave from
-    the front, and the timer is set for the earliest deadline still standing. When it fires, the
-    scopes whose time is up are cancelled (what a scope's own timer does) and it is set again."""
-
-    __slots__ = ("_at", "_handle", "_queues", "loop", "scope_class")
+    __slots__ = ("_queues", "loop", "scope_class")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.scope_class: Any = type(anyio.CancelScope())
         """The running backend's cancel scope, made without looking the backend up on every call."""
-        self._queues: dict[float, deque[list[Any]]] = {}
-        self._handle: asyncio.TimerHandle | None = None
-        self._at = math.inf
+        self._queues: dict[float, DueQueue[Any]] = {}
 
-    def add(self, seconds: float, scope: Any) -> list[Any]:
-        """Cancel `scope` in `seconds` unless its entry (returned) is emptied first (`entry[1] = None`)."""
-        deadline = self.loop.time() + seconds
-        entry = [deadline, scope]
+    def add(self, seconds: float, scope: Any) -> DueEntry[Any] | None:
+        """Cancel `scope` in `seconds` unless its entry (returned; None: never due) is done first."""
         if seconds == math.inf:
-            return entry  # never due
+            return None
         queue = self._queues.get(seconds)
         if queue is None:
-            queue = self._queues[seconds] = deque()
-        else:
-            while queue and queue[0][1] is None:
-                queue.popleft()
-        queue.append(entry)
-        if deadline < self._at:
-            self._set(deadline)
-        return entry
+            queue = self._queues[seconds] = DueQueue(self.loop, seconds, _cancel)
+        return queue.add(scope)
 
-    def _set(self, at: float) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-        self._at = at
-        self._handle = self.loop.call_at(at, self._fire)
 
-    def _fire(self) -> None:
-        self._handle, self._at = None, math.inf
-        now = self.loop.time()
-        earliest = math.inf
-        due = []
-        for seconds, queue in list(self._queues.items()):
-            while queue:
-                deadline, scope = queue[0]
-                if scope is not None and deadline > now:
-                    earliest = min(earliest, deadline)
-                    break
-                queue.popleft()
-                if scope is not None:
-                    due.append(scope)
-            if not queue:
-                del self._queues[seconds]
-        if earliest < math.inf:
-            self._set(earliest)  # first: whatever a cancellation does, the later deadlines stay watched
-        for scope in due:
-            scope.cancel()
+def _cancel(scope: Any) -> None:
+    scope.cancel()
 
 
 class _PerThread(threading.local):
