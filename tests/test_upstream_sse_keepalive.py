@@ -25,7 +25,7 @@ from gateway.upstreams import lean_http
 from gateway.upstreams.lean_post import HttpLean
 from gateway.upstreams.message_bounds import bound_responses
 from gateway.upstreams.transports import upstream_http_client
-from tests.test_lean_upstream import gateway, outcome, wire_entry
+from tests.test_lean_upstream import gateway, outcome, posts_served, wire_entry
 
 pytestmark = pytest.mark.anyio
 
@@ -49,30 +49,19 @@ class _Bearer(httpx2.Auth):
 async def sse_server(ended: bool = True) -> AsyncIterator[tuple[str, list[int]]]:
     """Answers every POST with an SSE answer to its request: the answer's event, then (when `ended`)
     the stream's end in a later write. Yields its URL and a list counting its connections."""
-    connections = [0]
 
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        connections[0] += 1
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = re.search(rb"(?i)content-length: *(\d+)", head)
-                sent = json.loads(await reader.readexactly(int(length.group(1)) if length else 0))
-                answer = {"jsonrpc": "2.0", "id": sent["id"], "result": {"content": [], "n": sent["id"]}}
-                writer.write(SSE_HEAD + _chunk(b"event: message\ndata: %s\n\n" % json.dumps(answer).encode()))
-                await writer.drain()
-                await asyncio.sleep(0)  # the end in a later packet
-                if ended:
-                    writer.write(b"0\r\n\r\n")
-                    await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+    async def reply(sent: Any, writer: asyncio.StreamWriter) -> bool:
+        answer = {"jsonrpc": "2.0", "id": sent["id"], "result": {"content": [], "n": sent["id"]}}
+        writer.write(SSE_HEAD + _chunk(b"event: message\ndata: %s\n\n" % json.dumps(answer).encode()))
+        await writer.drain()
+        await asyncio.sleep(0)  # the end in a later packet
+        if ended:
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+        return False
 
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    async with server:
-        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/mcp", connections
+    async with posts_served(reply) as served:
+        yield served
 
 
 async def _finished() -> None:
