@@ -6,7 +6,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["cut_bytes", "json_bytes", "json_ceiling", "lone_surrogate", "surrogate_refusal", "utf8_bytes"]
+__all__ = [
+    "JSON_CHAR_CEILING",
+    "cut_bytes",
+    "json_bytes",
+    "json_ceiling",
+    "lone_surrogate",
+    "surrogate_refusal",
+    "utf8_bytes",
+]
+
+JSON_CHAR_CEILING = 6
+"""The most bytes of JSON one character of a string becomes (`\\u001f`): `json_ceiling`'s bound, and that of
+`gateway.security.limits`' ceiling read off a result's model."""
 
 
 def utf8_bytes(text: str) -> int:
@@ -25,11 +37,10 @@ def json_bytes(value: Any) -> int:
 
 def json_ceiling(value: Any) -> int:
     """At least `json_bytes(value)` for a JSON-mode dump (str, int, float, bool, None, dict, list), read
-    without serializing: a string counts six bytes a character (`\\u001f`, the longest a character
-    becomes), so a small value is known to fit a limit without being measured. Anything else counts as
-    its exact size."""
+    without serializing: a string counts `JSON_CHAR_CEILING` bytes a character, so a small value is known
+    to fit a limit without being measured. Anything else counts as its exact size."""
     if isinstance(value, str):
-        return 6 * len(value) + 2
+        return JSON_CHAR_CEILING * len(value) + 2
     if value is None or isinstance(value, bool):
         return 5
     if isinstance(value, int):
@@ -45,7 +56,7 @@ def json_ceiling(value: Any) -> int:
 
 def _key_ceiling(key: Any) -> int:
     """A key is written as a string (`1` as `"1"`, `True` as `"true"`)."""
-    return 6 * len(key if isinstance(key, str) else str(key)) + 2
+    return JSON_CHAR_CEILING * len(key if isinstance(key, str) else str(key)) + 2
 
 
 def cut_bytes(text: str, limit: int) -> str:

@@ -141,23 +141,36 @@ async def test_a_token_the_server_refuses_is_the_callers_problem_alone(deploymen
             assert await seen_authorization(client, "fwd__seen_headers") == f"Bearer {deployment.tokens['ada']}"
 
 
+@asynccontextmanager
+async def _forwarding(tmp_path: Path, url: str, max_sessions: int, idle_seconds: float) -> AsyncIterator[Registry]:
+    """A registry whose one server `fwd` (at `url`) forwards the caller's token, running and settled."""
+    tmp_path.mkdir()
+    config = load_config(
+        write_config(tmp_path / "g.yaml", f"mcps:\n  fwd:\n    url: {url}\n    forward_caller_token: true\n")
+    )
+    registry = Registry(specs_from_config(config), Settings(data_dir=tmp_path / "data"), relay_requests=False)
+    registry.caller_sessions.max_sessions, registry.caller_sessions.idle_seconds = max_sessions, idle_seconds
+    async with registry.running():
+        await registry.wait_settled(20)
+        yield registry
+
+
 async def test_caller_sessions_are_bounded_and_closed_when_idle(tmp_path: Path) -> None:
     recorder, url = start_script_http([str(RECORDER), "http"])
     try:
-        config = load_config(
-            write_config(tmp_path / "g.yaml", f"mcps:\n  fwd:\n    url: {url}\n    forward_caller_token: true\n")
-        )
-        registry = Registry(specs_from_config(config), Settings(data_dir=tmp_path / "data"), relay_requests=False)
-        sessions = registry.caller_sessions
-        sessions.max_sessions, sessions.idle_seconds = 2, 0.5
         with anyio.fail_after(60):
-            async with registry.running():
-                await registry.wait_settled(20)
+            # Never idle long enough to be closed here, however slowly the machine runs the calls.
+            async with _forwarding(tmp_path / "bounded", url, 2, 3600) as registry:
+                sessions = registry.caller_sessions
                 for caller in ("t1", "t2", "t3"):
                     await registry.call_tool("fwd__seen_headers", {}, caller_token=caller)
                 assert len(sessions) == 2  # t1, the least recently used, made room for t3
                 await registry.call_tool("fwd__seen_headers", {})  # no token: the shared session
                 assert len(sessions) == 2
+            async with _forwarding(tmp_path / "idle", url, 2, 0.5) as registry:
+                sessions = registry.caller_sessions
+                await registry.call_tool("fwd__seen_headers", {}, caller_token="t1")
+                assert len(sessions) == 1
                 while len(sessions):
                     await anyio.sleep(0.05)  # idle for 0.5 s: closed
                 result = await registry.call_tool("fwd__seen_headers", {}, caller_token="t1")

@@ -16,7 +16,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -227,14 +227,38 @@ def test_concurrent_connections_each_get_their_own_answers(gateway: tuple[int, s
 def test_a_client_hanging_up_mid_call_leaves_the_others_served(gateway: tuple[int, str]) -> None:
     port, session = gateway
     call = json.dumps(_rpc("tools/call", {"name": "demo__sleep", "arguments": {"seconds": 30}}, 70)).encode()
+    cancelled = _metric(port, "mcp_gateway_tool_calls_total{", 'tool="demo__sleep"', 'status="cancelled"')
     hung_up = _connect(port)
     hung_up.sendall(_request(session, call))
-    time.sleep(0.3)
+    _wait_for(lambda: _metric(port, "mcp_gateway_tool_calls_in_flight{", 'server="demo"') == 1, "the call to run")
     hung_up.close()  # mid-call
     with _connect(port) as sock:
         sock.sendall(_request(session, _echo("after", 71)))
         status, _, body = _Reader(sock).answer()
     assert status == 200 and _echoed(body) == "after"
+    _wait_for(  # well before its 30 s
+        lambda: (
+            _metric(port, "mcp_gateway_tool_calls_total{", 'tool="demo__sleep"', 'status="cancelled"') == cancelled + 1
+        ),
+        "the hung-up call to be cancelled",
+    )
+
+
+def _metric(port: int, prefix: str, *labels: str) -> float:
+    """The sum of the series of the gateway's `/metrics` named by `prefix` with all `labels`."""
+    metrics = httpx2.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith(prefix) and all(label in line for label in labels)
+    )
+
+
+def _wait_for(condition: Callable[[], bool], what: str, seconds: float = 20) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {seconds} s for {what}"
+        time.sleep(0.02)
 
 
 def test_the_protocol_is_uvicorns_with_its_head_handling_as_copied() -> None:

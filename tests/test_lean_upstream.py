@@ -493,29 +493,28 @@ CLOSING = ("sse-to-eof", "json-cut", "sse-cut")
 """The server closes the connection after these answers."""
 
 
+async def read_post(reader: asyncio.StreamReader) -> Any:
+    """The JSON body of the next request on a connection (its head read past, by Content-Length)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = re.search(rb"(?i)content-length: *(\d+)", head)
+    return json.loads(await reader.readexactly(int(length.group(1)) if length else 0))
+
+
+Reply = Callable[[Any, asyncio.StreamWriter], Awaitable[bool]]
+"""Writes the answer to a request's JSON body; True closes the connection after it."""
+
+
 @asynccontextmanager
-async def scripted(answer: bytes, close: bool) -> AsyncIterator[tuple[str, list[int]]]:
-    """An HTTP server answering its first request with `answer`, 13 bytes a write (then closing,
-    with `close`), and every later one with a small JSON answer. Yields its URL and a list that
+async def posts_served(reply: Reply) -> AsyncIterator[tuple[str, list[int]]]:
+    """An HTTP server on 127.0.0.1 answering each POST with `reply`. Yields its URL and a list that
     counts its connections."""
     connections = [0]
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connections[0] += 1
         try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = re.search(rb"(?i)content-length: *(\d+)", head)
-                sent = json.loads(await reader.readexactly(int(length.group(1)) if length else 0))
-                if sent["id"] != "gw-1":
-                    writer.write(_json(_answer("again", sent["id"])))
-                    continue
-                for at in range(0, len(answer), 13):
-                    writer.write(answer[at : at + 13])
-                    await writer.drain()
-                    await asyncio.sleep(0)
-                if close:
-                    return
+            while not await reply(await read_post(reader), writer):
+                pass
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
@@ -524,6 +523,26 @@ async def scripted(answer: bytes, close: bool) -> AsyncIterator[tuple[str, list[
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     async with server:
         yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/mcp", connections
+
+
+@asynccontextmanager
+async def scripted(answer: bytes, close: bool) -> AsyncIterator[tuple[str, list[int]]]:
+    """An HTTP server answering its first request with `answer`, 13 bytes a write (then closing,
+    with `close`), and every later one with a small JSON answer. Yields its URL and a list that
+    counts its connections."""
+
+    async def reply(sent: Any, writer: asyncio.StreamWriter) -> bool:
+        if sent["id"] != "gw-1":
+            writer.write(_json(_answer("again", sent["id"])))
+            return False
+        for at in range(0, len(answer), 13):
+            writer.write(answer[at : at + 13])
+            await writer.drain()
+            await asyncio.sleep(0)
+        return close
+
+    async with posts_served(reply) as served:
+        yield served
 
 
 async def raw_outcome(url: str, direct: bool) -> Any:

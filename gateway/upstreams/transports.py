@@ -6,6 +6,9 @@
   on, sends the trace context as a `traceparent` header), over the lean HTTP/1.1 transport
   (`gateway.upstreams.lean_http`) unless the settings or a proxy say httpx2's own.
   The legacy HTTP+SSE transport (`transport: sse`) goes over the same client, with the same reports.
+  An SSE answer its reader closes once it has what it wanted (the SDK's client and the lean calls
+  through httpx2 close it after the answer's event: with OAuth, after a redirect) is finished in
+  the background rather than dropped (`_FinishedLater`), so that its connection is kept.
 
 stdio has its own module, `gateway.upstreams.stdio_child`, because it also owns a process group.
 """
@@ -25,7 +28,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT, create_mcp_http_client
 from opentelemetry import propagate, trace
 
-from gateway.upstreams.lean_http import LeanTransport
+from gateway.upstreams.lean_http import Body, LeanTransport
 from gateway.upstreams.lean_post import DirectPost, HttpLean, merged_reads
 from gateway.upstreams.lean_wire import LeanCalls
 from gateway.upstreams.message_bounds import DEFAULT_MAX_MESSAGE_BYTES, bound_responses
@@ -80,6 +83,44 @@ class _WatchedReadStream:
     async def aclose(self) -> None:
         self._closed.set()
         await self._inner.aclose()
+
+
+class _FinishedLater(httpx2.AsyncByteStream):
+    """An SSE answer's body that, closed by its reader between two chunks, is finished in the
+    background (`Body.finish_later`: the stream's end normally arrives in a later packet) rather
+    than dropped with its connection. Closed in the middle of a read (cancelled, failed), the
+    connection's state is unknown: dropped, as before."""
+
+    def __init__(self, body: Body) -> None:
+        self._body = body
+        self._between = True
+        """No read of the body is under way or failed half-way: it stands at a chunk's end."""
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while True:
+            self._between = False
+            chunk = await self._body.next_chunk()
+            self._between = True  # not reached when the read raised (or was cancelled)
+            if chunk is None:
+                return
+            yield chunk
+
+    async def aclose(self) -> None:
+        if self._between:
+            self._body.finish_later()  # ended already: a no-op
+        await self._body.aclose()  # finishing: a no-op; else the connection is dropped
+
+
+class _KeepingTransport(LeanTransport):
+    """The lean transport, its SSE answers' bodies finished rather than dropped (`_FinishedLater`)."""
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await super().handle_async_request(request)
+        stream = response.stream
+        sse = response.headers.get("content-type", "").lower().startswith("text/event-stream")
+        if sse and isinstance(stream, Body):
+            response.stream = _FinishedLater(stream)
+        return response
 
 
 @asynccontextmanager
@@ -178,7 +219,7 @@ def upstream_http_client(
                 headers=dict(headers),
                 auth=auth,
                 timeout=timeout,
-                transport=LeanTransport(),
+                transport=_KeepingTransport(),
             )
         where = httpx2.URL(proxy if "://" in proxy else f"http://{proxy}")  # no credentials in the log
         logger.info(
