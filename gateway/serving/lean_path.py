@@ -84,7 +84,7 @@ from gateway.serving.hot_requests import (
     passes_hot_requests,
     request_context,
 )
-from gateway.serving.http_protocol import HANG_UP_KEY
+from gateway.serving.http_protocol import HANG_UP_KEY, whole_answers
 
 __all__ = ["HOT_METHODS", "LeanPath"]
 
@@ -95,6 +95,10 @@ _SSE_HEADERS = [
     (b"connection", b"keep-alive"),
     (b"content-type", b"text/event-stream"),
 ]
+
+
+_TRANSPORT = TransportContext(kind="streamable-http", can_send_request=True)
+"""What each lean request's channel says of its transport (immutable: one for all)."""
 
 
 @dataclass(slots=True)
@@ -195,6 +199,8 @@ class _Silences:
                 watcher.silent()
 
 
+_MEDIA_KEPT = 64
+"""Content-Type and Accept pairs whose check is kept (clients send one or two)."""
 _EARLY = 0.001
 """A timer may fire this much before its time (the loop's clock resolution): then it is due."""
 
@@ -204,6 +210,7 @@ class _Answer:
 
     def __init__(self, send: Send, session_id: bytes) -> None:
         self._send = send
+        self._whole = whole_answers(send)
         self._session_id = session_id
         self._lock = asyncio.Lock()  # asyncio's own primitives: anyio's look the backend up on every creation
         self.streaming = False
@@ -234,6 +241,13 @@ class _Answer:
                 data = b"event: message\r\ndata: " + body + b"\r\n\r\n"
                 await self._send({"type": "http.response.body", "body": data, "more_body": False})
                 return
+            if self._whole is not None:
+                head = b"content-type: application/json\r\ncontent-length: %d\r\nmcp-session-id: %s\r\n" % (
+                    len(body),
+                    self._session_id,
+                )
+                if self._whole(head, body):
+                    return
             headers = [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
@@ -254,7 +268,7 @@ class _LeanDispatch:
         self._progress_token = progress_token_from_params(params)
         self._session = session
         self._answer = answer
-        self.transport = TransportContext(kind="streamable-http", can_send_request=True)
+        self.transport = _TRANSPORT
         self.message_metadata = None
         self.cancel_requested = asyncio.Event()
         self.closed = False
@@ -349,6 +363,7 @@ class LeanPath:
         """Tool names the gateway answers itself (search may ask the client's model): the SDK's."""
         self.sessions: dict[str, _Session] = {}
         self._silences = _Silences(window)
+        self._media_checked: dict[tuple[bytes | None, bytes | None], bool] = {}
         self.served = 0
         """Requests answered on this path (each also logged at DEBUG, which the tests read)."""
         server.middleware.append(self._note_session)
@@ -409,8 +424,16 @@ class LeanPath:
         the one the handler gets, whose headers are parsed once)."""
         if scope["path"] != self.path:
             return None
-        headers = _headers(scope)
-        session_id = headers.get(b"mcp-session-id")
+        session_id = version = content_type = accept = None
+        for name, value in scope["headers"]:  # the last session id and version; the first of the others
+            if name == b"mcp-session-id":
+                session_id = value
+            elif name == b"mcp-protocol-version":
+                version = value
+            elif name == b"content-type":
+                content_type = value if content_type is None else content_type
+            elif name == b"accept":
+                accept = value if accept is None else accept
         if session_id is None:
             return None
         key = session_id.decode("latin-1")
@@ -425,15 +448,27 @@ class LeanPath:
         if requestor != self.manager._session_owners.get(key):
             return None
         connection = session.connection
-        version = headers.get(b"mcp-protocol-version")
         if version is not None and version.decode("latin-1") != connection.protocol_version:
             return None
         if not connection.initialize_accepted or connection.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
             return None
-        # the SDK's own checks of both headers, as its transport runs them
-        if not transport._check_content_type(request) or not all(check_accept_headers(request)):
+        if not self._media_types_pass(content_type, accept, transport, request):
             return None
         return session
+
+    def _media_types_pass(
+        self, content_type: bytes | None, accept: bytes | None, transport: Any, request: Request
+    ) -> bool:
+        """The SDK's own checks of both headers (`_check_content_type`, `check_accept_headers`), as
+        its transport runs them; their answer, which depends on the two values alone, is kept."""
+        key = (content_type, accept)
+        found = self._media_checked.get(key)
+        if found is None:
+            found = transport._check_content_type(request) and all(check_accept_headers(request))
+            if len(self._media_checked) >= _MEDIA_KEPT:
+                self._media_checked.clear()
+            self._media_checked[key] = found
+        return found
 
     async def _serve(
         self, session: _Session, hot: Hot, request: Request, scope: Scope, receive: Receive, send: Send
@@ -567,7 +602,3 @@ def _replaying(messages: list[Message], receive: Receive) -> Receive:
         return pending.pop(0) if pending else await receive()
 
     return replay
-
-
-def _headers(scope: Scope) -> dict[bytes, bytes]:
-    return {name: value for name, value in scope["headers"]}
