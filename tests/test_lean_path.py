@@ -258,3 +258,43 @@ def test_a_result_with_the_gateways_meta_is_shaped_as_the_sdk_shapes_it(version:
     dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
     assert serialize("tools/call", version, result) == methods.serialize_server_result("tools/call", version, dumped)
     assert serialize("tools/call", version, result)["_meta"] == meta
+
+
+def _open_sessions(base: str) -> float:
+    metrics = httpx2.get(f"{base}/metrics", timeout=10).text
+    gauge = next(line for line in metrics.splitlines() if line.startswith("mcp_gateway_http_sessions "))
+    return float(gauge.split()[1])
+
+
+def test_a_session_the_lean_path_serves_is_held_while_used_and_closed_when_idle(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The lean path keeps the session's idle expiry itself (`_IdleClock`): a call running longer
+    than `session_idle_timeout` and calls one after another keep the session; once idle that
+    long it is closed, as the SDK closes it (which `--lean-path off` checks the same way)."""
+    env = {"GATEWAY_HTTP__SESSION_IDLE_TIMEOUT": "1.5", "GATEWAY_LOG_LEVEL": "DEBUG"}
+    process, url, log = _start(tmp_path, env)
+    base = url.rsplit("/", 1)[0]
+    try:
+        with httpx2.Client(timeout=30) as http:
+            session = _open_session(http, url)
+            assert http.post(url, headers=session, json=_rpc("ping", None, 99)).json()["result"] == {}
+            slow = _rpc("tools/call", {"name": "demo__sleep", "arguments": {"seconds": 2.5}}, 100)
+            assert _answer(http.post(url, headers=session, json=slow))[2]["result"]["isError"] is False
+            end = time.monotonic() + 2.5
+            n = 101
+            while time.monotonic() < end:  # calls 0.5 s apart, for longer than the idle timeout
+                echo = _rpc("tools/call", {"name": "demo__echo", "arguments": {"text": "x"}}, n)
+                assert "result" in http.post(url, headers=session, json=echo).json()
+                n += 1
+                time.sleep(0.5)
+            if request.config.getoption("lean_path") != "off":
+                assert f"lean path: tools/call {n - 1}" in log.read_text()
+            deadline = time.monotonic() + 60  # a bound on a hang, generous under load; idle after 1.5 s
+            while _open_sessions(base) > 0:
+                assert time.monotonic() < deadline, "the idle session was not closed within 60 s"
+                time.sleep(0.2)
+            echo = _rpc("tools/call", {"name": "demo__echo", "arguments": {"text": "x"}}, n)
+            assert http.post(url, headers=session, json=echo).status_code == 404
+    finally:
+        stop_process(process)

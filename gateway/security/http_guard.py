@@ -95,7 +95,13 @@ def forwardable_token(request: Any) -> str | None:
     scope = getattr(request, "scope", None)
     if not isinstance(scope, dict) or scope.get("type") != "http":
         return None
-    header = next((value for name, value in scope["headers"] if name == b"authorization"), b"")  # the first
+    header = None
+    for name, value in scope["headers"]:
+        if name == b"authorization":  # the first
+            header = value
+            break
+    if header is None:
+        return None  # none: each call of a client without credentials, nothing decoded
     scheme, _, token = header.decode("latin-1").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         return None

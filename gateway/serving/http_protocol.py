@@ -24,17 +24,18 @@ changed; `tests/test_http_server.py` fails when uvicorn's protocol changes under
 from __future__ import annotations
 
 import asyncio
+import logging
 import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
 import httptools
 from uvicorn.protocols.http.flow_control import service_unavailable
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
 from gateway.serving.hot_front import HotFront
 
-__all__ = ["HANG_UP_KEY", "front_protocol"]
+__all__ = ["HANG_UP_KEY", "front_protocol", "whole_answers"]
 
 
 class _Holder:
@@ -70,6 +71,25 @@ class _Cycle(RequestResponseCycle):
         if callback is not None:
             callback()
 
+    def answer_whole(self, head: bytes, body: bytes) -> bool:
+        """A whole 200 answer in one write, past the ASGI messages: `head` is its own header lines
+        (each ending CRLF, names lowercase, values valid: the caller's to vouch for), `body` its
+        Content-Length body. What `send` makes of a start and a body message, without checking
+        the headers again; False (nothing written) where `send` must do it (an answer begun, a
+        hang-up, paused writing, an access log), and the caller sends the messages instead."""
+        if self.response_started or self.disconnected or self.flow.write_paused or self.access_log:
+            return False
+        self.response_started = True
+        self.waiting_for_100_continue = False
+        close = b"" if self.keep_alive else b"connection: close\r\n"
+        self.transport.write(b"".join((_OK, _defaults(self.default_headers), head, close, b"\r\n", body)))
+        self.response_complete = True
+        self.message_event.set()
+        if not self.keep_alive:
+            self.transport.close()
+        self.on_response()
+        return True
+
     async def send(self, message: Any) -> None:
         if not self.response_started and message["type"] == "http.response.start" and not self.disconnected:
             if self.flow.write_paused:
@@ -104,6 +124,28 @@ class _Cycle(RequestResponseCycle):
         if not self.keep_alive:
             self.transport.close()
         self.on_response()
+
+
+_OK = STATUS_LINE[200]
+_default_lines: tuple[object, bytes] = (None, b"")
+
+
+def _defaults(headers: list[tuple[bytes, bytes]]) -> bytes:
+    """uvicorn's default headers (Date, Server) as header lines: the server replaces the list
+    each second (a new Date), so the lines are made once per list."""
+    global _default_lines
+    if _default_lines[0] is not headers:
+        _default_lines = (headers, b"".join(name.lower() + b": " + value + b"\r\n" for name, value in headers))
+    return _default_lines[1]
+
+
+def whole_answers(send: Any) -> Callable[[bytes, bytes], bool] | None:
+    """`_Cycle.answer_whole` of the cycle whose own `send` this is (no layer wraps it, so none
+    misses the answer); None for any other `send`."""
+    cycle = getattr(send, "__self__", None)
+    if isinstance(cycle, _Cycle) and getattr(send, "__func__", None) is _Cycle.send:
+        return cycle.answer_whole
+    return None
 
 
 _READS = memoryview(bytearray(64 * 1024))
@@ -161,7 +203,7 @@ def front_protocol(front: HotFront | None) -> type[HttpToolsProtocol]:
                 flow=self.flow,
                 logger=self.logger,
                 access_logger=self.access_logger,
-                access_log=self.access_log,
+                access_log=self.access_log and self.access_logger.isEnabledFor(logging.INFO),  # else unlogged
                 default_headers=self.server_state.default_headers,
                 message_event=asyncio.Event(),
                 expect_100_continue=self.expect_100_continue,

@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from collections import deque
 from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
@@ -83,7 +84,7 @@ from gateway.serving.hot_requests import (
     passes_hot_requests,
     request_context,
 )
-from gateway.serving.http_protocol import HANG_UP_KEY
+from gateway.serving.http_protocol import HANG_UP_KEY, whole_answers
 
 __all__ = ["HOT_METHODS", "LeanPath"]
 
@@ -96,6 +97,10 @@ _SSE_HEADERS = [
 ]
 
 
+_TRANSPORT = TransportContext(kind="streamable-http", can_send_request=True)
+"""What each lean request's channel says of its transport (immutable: one for all)."""
+
+
 @dataclass(slots=True)
 class _Session:
     """What the lean path needs of one open session, noted from a request the SDK served on it."""
@@ -104,6 +109,100 @@ class _Session:
     connection: Any
     dispatcher: JSONRPCDispatcher[Any]
     lifespan_state: Any
+    idle: _IdleClock | None = None
+    session_id: bytes = b""
+    """The `Mcp-Session-Id` value each answer carries."""
+
+
+class _IdleClock:
+    """A session's idle expiry while the lean path serves it: what the SDK transport's
+    `handle_request` does to `idle_scope` (its deadline at inf while a request is in flight, then
+    `now + idle_timeout`), with one timer per idle period instead of a deadline moved (a timer
+    cancelled and one scheduled) twice a request.
+
+    A lean request counts itself in the transport's `_requests_in_flight`, as the SDK's do, and
+    notes when it ended; the scope's deadline stays at inf. The clock's timer, due `idle_timeout`
+    after the last end it knows, then either finds the session idle that long (the scope's
+    deadline set to that moment: past, so the session ends, as the SDK's deadline would have
+    ended it) or is set again for the later end (a request in flight: a whole period on). Once
+    a request of the SDK's own ends last, it sets a finite deadline: the SDK's governs again
+    and the clock stops, until the next lean request takes over."""
+
+    __slots__ = ("_transport", "_scope", "_timeout", "_loop", "_last", "_timer")
+
+    def __init__(self, transport: Any, scope: anyio.CancelScope, timeout: float) -> None:
+        self._transport = transport
+        self._scope = scope
+        self._timeout = timeout
+        self._loop = asyncio.get_running_loop()
+        self._last = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+
+    def begin(self) -> None:
+        self._transport._requests_in_flight += 1
+        if self._scope.deadline != math.inf:
+            self._scope.deadline = math.inf  # the SDK's deadline (after a request of its own): ours now
+        if self._timer is None:
+            self._timer = self._loop.call_at(self._loop.time() + self._timeout, self._check)
+
+    def end(self) -> None:
+        self._transport._requests_in_flight -= 1
+        self._last = self._loop.time()
+
+    def _check(self) -> None:
+        self._timer = None
+        scope = self._scope
+        if scope.deadline != math.inf or scope.cancel_called:
+            return  # the SDK's deadline again (or the session over)
+        now = self._loop.time()
+        if self._transport._requests_in_flight:
+            self._timer = self._loop.call_at(now + self._timeout, self._check)
+            return
+        due = self._last + self._timeout
+        if due - now > _EARLY:
+            self._timer = self._loop.call_at(due, self._check)
+            return
+        scope.deadline = due  # past: the session ends as the SDK's own deadline would end it
+
+
+class _Silences:
+    """The lean requests in flight, oldest first, each due to be told it is silent `window` after it
+    began (`_Watcher.silent`): one timer for them all, set for the oldest unanswered one, instead
+    of a timer scheduled and cancelled per request. Every request has the same window, so the
+    oldest is the first due; an answered one is dropped when next seen."""
+
+    def __init__(self, window: float) -> None:
+        self.window = window
+        self._waiting: deque[_Watcher] = deque()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, watcher: _Watcher, loop: asyncio.AbstractEventLoop) -> None:
+        waiting = self._waiting
+        while waiting and waiting[0].stopped:
+            waiting.popleft()
+        watcher.due = loop.time() + self.window
+        waiting.append(watcher)
+        if self._timer is None:
+            self._timer = loop.call_at(watcher.due, self._tick, loop)
+
+    def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        waiting = self._waiting
+        now = loop.time()
+        while waiting:
+            watcher = waiting[0]
+            if not watcher.stopped and watcher.due - now > _EARLY:
+                self._timer = loop.call_at(watcher.due, self._tick, loop)
+                return
+            waiting.popleft()
+            if not watcher.stopped:
+                watcher.silent()
+
+
+_MEDIA_KEPT = 64
+"""Content-Type and Accept pairs whose check is kept (clients send one or two)."""
+_EARLY = 0.001
+"""A timer may fire this much before its time (the loop's clock resolution): then it is due."""
 
 
 class _Answer:
@@ -111,6 +210,7 @@ class _Answer:
 
     def __init__(self, send: Send, session_id: bytes) -> None:
         self._send = send
+        self._whole = whole_answers(send)
         self._session_id = session_id
         self._lock = asyncio.Lock()  # asyncio's own primitives: anyio's look the backend up on every creation
         self.streaming = False
@@ -141,6 +241,13 @@ class _Answer:
                 data = b"event: message\r\ndata: " + body + b"\r\n\r\n"
                 await self._send({"type": "http.response.body", "body": data, "more_body": False})
                 return
+            if self._whole is not None:
+                head = b"content-type: application/json\r\ncontent-length: %d\r\nmcp-session-id: %s\r\n" % (
+                    len(body),
+                    self._session_id,
+                )
+                if self._whole(head, body):
+                    return
             headers = [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
@@ -161,7 +268,7 @@ class _LeanDispatch:
         self._progress_token = progress_token_from_params(params)
         self._session = session
         self._answer = answer
-        self.transport = TransportContext(kind="streamable-http", can_send_request=True)
+        self.transport = _TRANSPORT
         self.message_metadata = None
         self.cancel_requested = asyncio.Event()
         self.closed = False
@@ -255,6 +362,8 @@ class LeanPath:
         self.leave = HotFilter(own_tools, catalog)
         """Tool names the gateway answers itself (search may ask the client's model): the SDK's."""
         self.sessions: dict[str, _Session] = {}
+        self._silences = _Silences(window)
+        self._media_checked: dict[tuple[bytes | None, bytes | None], bool] = {}
         self.served = 0
         """Requests answered on this path (each also logged at DEBUG, which the tests read)."""
         server.middleware.append(self._note_session)
@@ -281,7 +390,12 @@ class LeanPath:
         if len(self.sessions) >= 2 * len(self.manager._server_instances) + 16:
             for gone in [sid for sid in self.sessions if sid not in self.manager._server_instances]:
                 del self.sessions[gone]
-        self.sessions[session_id] = _Session(transport, connection, dispatcher, ctx.lifespan_context)
+        session = _Session(transport, connection, dispatcher, ctx.lifespan_context)
+        session.session_id = session_id.encode("latin-1")  # the transport's own id (its key)
+        idle = transport.idle_scope
+        if idle is not None and transport._idle_timeout is not None:
+            session.idle = _IdleClock(transport, idle, transport._idle_timeout)
+        self.sessions[session_id] = session
 
     # ---- ASGI ----------------------------------------------------------------------------
 
@@ -310,8 +424,16 @@ class LeanPath:
         the one the handler gets, whose headers are parsed once)."""
         if scope["path"] != self.path:
             return None
-        headers = _headers(scope)
-        session_id = headers.get(b"mcp-session-id")
+        session_id = version = content_type = accept = None
+        for name, value in scope["headers"]:  # the last session id and version; the first of the others
+            if name == b"mcp-session-id":
+                session_id = value
+            elif name == b"mcp-protocol-version":
+                version = value
+            elif name == b"content-type":
+                content_type = value if content_type is None else content_type
+            elif name == b"accept":
+                accept = value if accept is None else accept
         if session_id is None:
             return None
         key = session_id.decode("latin-1")
@@ -326,36 +448,45 @@ class LeanPath:
         if requestor != self.manager._session_owners.get(key):
             return None
         connection = session.connection
-        version = headers.get(b"mcp-protocol-version")
         if version is not None and version.decode("latin-1") != connection.protocol_version:
             return None
         if not connection.initialize_accepted or connection.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
             return None
-        # the SDK's own checks of both headers, as its transport runs them
-        if not transport._check_content_type(request) or not all(check_accept_headers(request)):
+        if not self._media_types_pass(content_type, accept, transport, request):
             return None
         return session
+
+    def _media_types_pass(
+        self, content_type: bytes | None, accept: bytes | None, transport: Any, request: Request
+    ) -> bool:
+        """The SDK's own checks of both headers (`_check_content_type`, `check_accept_headers`), as
+        its transport runs them; their answer, which depends on the two values alone, is kept."""
+        key = (content_type, accept)
+        found = self._media_checked.get(key)
+        if found is None:
+            found = transport._check_content_type(request) and all(check_accept_headers(request))
+            if len(self._media_checked) >= _MEDIA_KEPT:
+                self._media_checked.clear()
+            self._media_checked[key] = found
+        return found
 
     async def _serve(
         self, session: _Session, hot: Hot, request: Request, scope: Scope, receive: Receive, send: Send
     ) -> None:
-        transport = session.transport
-        idle = transport.idle_scope if transport._idle_timeout is not None else None
-        if idle is not None:  # a request in flight holds the session, as in the transport's handle_request
-            transport._requests_in_flight += 1
-            idle.deadline = math.inf
+        idle = session.idle
+        if idle is None:
+            await self._answer(session, hot, request, scope, receive, send)
+            return
+        idle.begin()  # a request in flight holds the session, as in the transport's handle_request
         try:
             await self._answer(session, hot, request, scope, receive, send)
         finally:
-            if idle is not None:
-                transport._requests_in_flight -= 1
-                if not transport._requests_in_flight:
-                    idle.deadline = anyio.current_time() + transport._idle_timeout
+            idle.end()
 
     async def _answer(
         self, session: _Session, hot: Hot, request: Request, scope: Scope, receive: Receive, send: Send
     ) -> None:
-        answer = _Answer(send, session.transport.mcp_session_id.encode("latin-1"))
+        answer = _Answer(send, session.session_id)
         channel = _LeanDispatch(hot.id, hot.params, session, answer)
         ctx = request_context(hot, channel, session.connection, session.lifespan_state, request)
         call = compose(self.server, hot)
@@ -363,7 +494,7 @@ class LeanPath:
         in_flight, key = session.dispatcher._in_flight, coerce_request_id(hot.id)
         in_flight[key] = _InFlight(scope=call_scope, dctx=channel)  # type: ignore[arg-type]  # the client may cancel it
         result: dict[str, Any] | None = None
-        watcher = _Watcher(self.window, receive, answer, call_scope, scope.get(HANG_UP_KEY))
+        watcher = _Watcher(self._silences, receive, answer, call_scope, scope.get(HANG_UP_KEY))
         try:
             with call_scope:
                 result = await outcome(call, ctx, hot)
@@ -387,44 +518,47 @@ class _Watcher:
 
     The gateway's HTTP protocol offers a hook called on the hang-up (`HANG_UP_KEY` in the scope,
     `gateway.serving.http_protocol`): then no task runs until the call has been silent for
-    `window`. Elsewhere (h11, an ASGI test client) a task reads `http.disconnect` throughout."""
+    `window` (`_Silences` says when). Elsewhere (h11, an ASGI test client) a task reads
+    `http.disconnect` throughout."""
+
+    __slots__ = ("window", "gone", "stopped", "due", "_receive", "_answer", "_call", "_hook", "_task")
 
     def __init__(
         self,
-        window: float,
+        silences: _Silences,
         receive: Receive,
         answer: _Answer,
         call: anyio.CancelScope,
         hook: Callable[[Callable[[], None] | None], None] | None,
     ) -> None:
-        self.window = window
+        self.window = silences.window
         self.gone = False
+        self.stopped = False
+        self.due = 0.0
         self._receive = receive
         self._answer = answer
         self._call = call
         self._hook = hook
-        self._timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
         loop = asyncio.get_running_loop()
         if hook is None:
             self._task = loop.create_task(self._watch(ping_first=False))
         else:
             hook(self._hung_up)
-            self._timer = loop.call_later(window, self._silent)
+            silences.add(self, loop)
 
     def _hung_up(self) -> None:
         self.gone = True
         self._call.cancel()
 
-    def _silent(self) -> None:
-        self._timer = None
+    def silent(self) -> None:
+        """The call has been silent for `window`: its answer becomes a stream, pinged."""
         self._task = asyncio.get_running_loop().create_task(self._watch(ping_first=True))
 
     def stop(self) -> None:
+        self.stopped = True
         if self._hook is not None:
             self._hook(None)
-        if self._timer is not None:
-            self._timer.cancel()
         if self._task is not None:
             self._task.cancel()
 
@@ -468,7 +602,3 @@ def _replaying(messages: list[Message], receive: Receive) -> Receive:
         return pending.pop(0) if pending else await receive()
 
     return replay
-
-
-def _headers(scope: Scope) -> dict[bytes, bytes]:
-    return {name: value for name, value in scope["headers"]}

@@ -38,6 +38,8 @@ REPLAYABLE = frozenset({"GET", "HEAD", "OPTIONS"})
 byte of the answer. Not POST: the server may have run the tool call before it closed."""
 READ_SIZE = 65536
 MAX_HEAD = 65536
+_EARLY = 0.001
+"""A timer may fire this much before its time (the loop's clock resolution): then it is due."""
 FINISH_SECONDS = 1.0
 FINISH_BYTES = 65536
 """What is read of an answer's rest after the caller has what it wanted (`Body.finish_later`):
@@ -45,13 +47,63 @@ an SSE answer's stream normally ends right after the answer's event."""
 
 
 class _Conn:
-    __slots__ = ("reader", "writer", "idle_since", "reused")
+    """One connection, with its reads' timeout: one timer re-armed lazily (`read`)."""
+
+    __slots__ = ("reader", "writer", "idle_since", "reused", "_loop", "_deadline", "_reading", "_timer", "_expired")
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
         self.writer = writer
         self.idle_since = 0.0
         self.reused = False
+        self._loop = asyncio.get_running_loop()
+        self._deadline = 0.0
+        self._reading: asyncio.Task[Any] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._expired = False
+
+    async def read(self, timeout: float | None, fn: Callable[..., Awaitable[bytes]], *args: Any) -> bytes:
+        """`await fn(*args)`, a read of this connection's; TimeoutError after `timeout` seconds.
+
+        What `asyncio.timeout` does, without a timer (and a Timeout, and the task looked up) per
+        read: the read's deadline is noted, and the connection's one timer, when it fires, either
+        finds the read due (cancelled, as `asyncio.timeout` cancels it) or is set again for the
+        deadline of the read now waiting (none waiting: unset until the next read). With one
+        timeout for every read, that is one timer per `timeout` seconds, not one per read."""
+        if timeout is None:
+            return await fn(*args)
+        loop = self._loop
+        task = asyncio.current_task(loop)
+        assert task is not None
+        deadline = self._deadline = loop.time() + timeout
+        timer = self._timer
+        if timer is None or timer.when() > deadline:
+            if timer is not None:
+                timer.cancel()
+            self._timer = loop.call_at(deadline, self._expire)
+        cancelling = task.cancelling()
+        self._reading = task
+        try:
+            return await fn(*args)
+        except asyncio.CancelledError:
+            if self._expired:
+                self._expired = False
+                if task.uncancel() <= cancelling:
+                    raise TimeoutError from None
+            raise
+        finally:
+            self._reading = None
+
+    def _expire(self) -> None:
+        self._timer = None
+        task = self._reading
+        if task is None:
+            return
+        if self._deadline - self._loop.time() > _EARLY:
+            self._timer = self._loop.call_at(self._deadline, self._expire)
+            return
+        self._expired = True
+        task.cancel()
 
     def usable(self, now: float) -> bool:
         return (
@@ -63,6 +115,9 @@ class _Conn:
     def close(self, abort: bool = False) -> None:
         """Close the socket; `abort` drops what is unsent too (a body read half-way leaves the
         connection in no state to reuse or to wait for)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if abort:
             self.writer.transport.abort()
         else:
@@ -103,11 +158,9 @@ class Body(httpx2.AsyncByteStream):
         self._timeout = read_timeout
         self._finishing = False
 
-    async def _read(self, fn: Any, *args: Any) -> bytes:
+    async def _read(self, conn: _Conn, fn: Any, *args: Any) -> bytes:
         try:
-            async with asyncio.timeout(self._timeout):
-                data: bytes = await fn(*args)
-                return data
+            return await conn.read(self._timeout, fn, *args)
         except TimeoutError as exc:
             raise httpx2.ReadTimeout(f"timed out reading the response body from {_where(self._origin)}") from exc
         except (asyncio.IncompleteReadError, ConnectionError) as exc:
@@ -123,7 +176,7 @@ class Body(httpx2.AsyncByteStream):
             return None
         reader = conn.reader
         if self._chunked:
-            line = await self._read(reader.readuntil, b"\r\n")
+            line = await self._read(conn, reader.readuntil, b"\r\n")
             try:
                 size = int(line.split(b";", 1)[0].strip(), 16)
             except ValueError:
@@ -131,11 +184,11 @@ class Body(httpx2.AsyncByteStream):
                     f"{_where(self._origin)} sent a malformed chunk size: {line[:40]!r}"
                 ) from None
             if size == 0:
-                while (await self._read(reader.readuntil, b"\r\n")) != b"\r\n":
+                while (await self._read(conn, reader.readuntil, b"\r\n")) != b"\r\n":
                     pass  # trailers
                 self._done()
                 return None
-            data = await self._read(reader.readexactly, size + 2)
+            data = await self._read(conn, reader.readexactly, size + 2)
             if data[-2:] != b"\r\n":
                 raise httpx2.RemoteProtocolError(f"{_where(self._origin)} sent a chunk longer than its size")
             return data[:-2]
@@ -143,7 +196,7 @@ class Body(httpx2.AsyncByteStream):
             if self._left <= 0:
                 self._done()
                 return None
-            data = await self._read(reader.read, min(self._left, READ_SIZE))
+            data = await self._read(conn, reader.read, min(self._left, READ_SIZE))
             if not data:
                 raise httpx2.RemoteProtocolError(f"{_where(self._origin)} closed the connection before the whole body")
             self._left -= len(data)
@@ -151,7 +204,7 @@ class Body(httpx2.AsyncByteStream):
                 self._done()
             return data
         self._keep = False
-        data = await self._read(reader.read, READ_SIZE)
+        data = await self._read(conn, reader.read, READ_SIZE)
         if not data:
             self._done()
             return None
@@ -335,13 +388,13 @@ class LeanTransport(httpx2.AsyncBaseTransport):
                         await write(writer)
             except TimeoutError as exc:
                 raise httpx2.WriteTimeout(f"timed out sending to {origin[1]}:{origin[2]}") from exc
+            read_timeout = timeouts.get("read")
             try:
-                async with asyncio.timeout(timeouts.get("read")):
-                    while True:  # an informational answer (103 Early Hints...) comes before the real one
-                        raw = await reader.readuntil(b"\r\n\r\n")
-                        status, reason, headers, length, chunked, keep = _parse_head(raw, method, origin)
-                        if not 100 <= status < 200 or status == 101:
-                            break
+                while True:  # an informational answer (103 Early Hints...) comes before the real one
+                    raw = await conn.read(read_timeout, reader.readuntil, b"\r\n\r\n")
+                    status, reason, headers, length, chunked, keep = _parse_head(raw, method, origin)
+                    if not 100 <= status < 200 or status == 101:
+                        break
             except TimeoutError as exc:
                 raise httpx2.ReadTimeout(f"timed out waiting for {origin[1]}:{origin[2]} to answer") from exc
             except asyncio.LimitOverrunError as exc:
