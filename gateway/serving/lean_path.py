@@ -42,7 +42,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections import deque
 from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
@@ -73,6 +72,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.lazy_timers import DueEntry, DueQueue, LazyDeadline
 from gateway.serving.hot_requests import (
     HOT_METHODS,
     Hot,
@@ -117,92 +117,49 @@ class _Session:
 class _IdleClock:
     """A session's idle expiry while the lean path serves it: what the SDK transport's
     `handle_request` does to `idle_scope` (its deadline at inf while a request is in flight, then
-    `now + idle_timeout`), with one timer per idle period instead of a deadline moved (a timer
-    cancelled and one scheduled) twice a request.
+    `now + idle_timeout`), with one lazily moved timer (`LazyDeadline`) instead of a deadline
+    moved (a timer cancelled and one scheduled) twice a request.
 
     A lean request counts itself in the transport's `_requests_in_flight`, as the SDK's do, and
-    notes when it ended; the scope's deadline stays at inf. The clock's timer, due `idle_timeout`
-    after the last end it knows, then either finds the session idle that long (the scope's
-    deadline set to that moment: past, so the session ends, as the SDK's deadline would have
-    ended it) or is set again for the later end (a request in flight: a whole period on). Once
-    a request of the SDK's own ends last, it sets a finite deadline: the SDK's governs again
-    and the clock stops, until the next lean request takes over."""
+    moves the clock to `idle_timeout` after it ended; the scope's deadline stays at inf. When the
+    clock is reached, the session has been idle that long (the scope's deadline set to now, so
+    the session ends, as the SDK's deadline would have ended it), or a request is in flight (a
+    whole period on). Once a request of the SDK's own ends last, it sets a finite deadline: the
+    SDK's governs again and the clock stops, until the next lean request takes over."""
 
-    __slots__ = ("_transport", "_scope", "_timeout", "_loop", "_last", "_timer")
+    __slots__ = ("_transport", "_scope", "_timeout", "_loop", "_clock")
 
     def __init__(self, transport: Any, scope: anyio.CancelScope, timeout: float) -> None:
         self._transport = transport
         self._scope = scope
         self._timeout = timeout
         self._loop = asyncio.get_running_loop()
-        self._last = 0.0
-        self._timer: asyncio.TimerHandle | None = None
+        self._clock = LazyDeadline(self._loop, self._reached)
 
     def begin(self) -> None:
         self._transport._requests_in_flight += 1
         if self._scope.deadline != math.inf:
             self._scope.deadline = math.inf  # the SDK's deadline (after a request of its own): ours now
-        if self._timer is None:
-            self._timer = self._loop.call_at(self._loop.time() + self._timeout, self._check)
+        if self._clock.at is None:
+            self._clock.set(self._loop.time() + self._timeout)
 
     def end(self) -> None:
         self._transport._requests_in_flight -= 1
-        self._last = self._loop.time()
+        self._clock.set(self._loop.time() + self._timeout)
 
-    def _check(self) -> None:
-        self._timer = None
+    def _reached(self) -> None:
         scope = self._scope
         if scope.deadline != math.inf or scope.cancel_called:
             return  # the SDK's deadline again (or the session over)
         now = self._loop.time()
         if self._transport._requests_in_flight:
-            self._timer = self._loop.call_at(now + self._timeout, self._check)
+            self._clock.set(now + self._timeout)
             return
-        due = self._last + self._timeout
-        if due - now > _EARLY:
-            self._timer = self._loop.call_at(due, self._check)
-            return
-        scope.deadline = due  # past: the session ends as the SDK's own deadline would end it
-
-
-class _Silences:
-    """The lean requests in flight, oldest first, each due to be told it is silent `window` after it
-    began (`_Watcher.silent`): one timer for them all, set for the oldest unanswered one, instead
-    of a timer scheduled and cancelled per request. Every request has the same window, so the
-    oldest is the first due; an answered one is dropped when next seen."""
-
-    def __init__(self, window: float) -> None:
-        self.window = window
-        self._waiting: deque[_Watcher] = deque()
-        self._timer: asyncio.TimerHandle | None = None
-
-    def add(self, watcher: _Watcher, loop: asyncio.AbstractEventLoop) -> None:
-        waiting = self._waiting
-        while waiting and waiting[0].stopped:
-            waiting.popleft()
-        watcher.due = loop.time() + self.window
-        waiting.append(watcher)
-        if self._timer is None:
-            self._timer = loop.call_at(watcher.due, self._tick, loop)
-
-    def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._timer = None
-        waiting = self._waiting
-        now = loop.time()
-        while waiting:
-            watcher = waiting[0]
-            if not watcher.stopped and watcher.due - now > _EARLY:
-                self._timer = loop.call_at(watcher.due, self._tick, loop)
-                return
-            waiting.popleft()
-            if not watcher.stopped:
-                watcher.silent()
+        scope.deadline = now  # the session ends as the SDK's own deadline would end it
 
 
 _MEDIA_KEPT = 64
 """Content-Type and Accept pairs whose check is kept (clients send one or two)."""
-_EARLY = 0.001
-"""A timer may fire this much before its time (the loop's clock resolution): then it is due."""
 
 
 class _Answer:
@@ -362,7 +319,8 @@ class LeanPath:
         self.leave = HotFilter(own_tools, catalog)
         """Tool names the gateway answers itself (search may ask the client's model): the SDK's."""
         self.sessions: dict[str, _Session] = {}
-        self._silences = _Silences(window)
+        self._silences: DueQueue[_Watcher] | None = None
+        """Lean requests in flight, each told when it has been silent for `window` (one timer)."""
         self._media_checked: dict[tuple[bytes | None, bytes | None], bool] = {}
         self.served = 0
         """Requests answered on this path (each also logged at DEBUG, which the tests read)."""
@@ -494,7 +452,10 @@ class LeanPath:
         in_flight, key = session.dispatcher._in_flight, coerce_request_id(hot.id)
         in_flight[key] = _InFlight(scope=call_scope, dctx=channel)  # type: ignore[arg-type]  # the client may cancel it
         result: dict[str, Any] | None = None
-        watcher = _Watcher(self._silences, receive, answer, call_scope, scope.get(HANG_UP_KEY))
+        silences = self._silences
+        if silences is None:
+            silences = self._silences = DueQueue(asyncio.get_running_loop(), self.window, _Watcher.silent)
+        watcher = _Watcher(silences, receive, answer, call_scope, scope.get(HANG_UP_KEY))
         try:
             with call_scope:
                 result = await outcome(call, ctx, hot)
@@ -518,23 +479,22 @@ class _Watcher:
 
     The gateway's HTTP protocol offers a hook called on the hang-up (`HANG_UP_KEY` in the scope,
     `gateway.serving.http_protocol`): then no task runs until the call has been silent for
-    `window` (`_Silences` says when). Elsewhere (h11, an ASGI test client) a task reads
+    `window` (a `DueQueue` of them all says when). Elsewhere (h11, an ASGI test client) a task reads
     `http.disconnect` throughout."""
 
-    __slots__ = ("window", "gone", "stopped", "due", "_receive", "_answer", "_call", "_hook", "_task")
+    __slots__ = ("window", "gone", "_silence", "_receive", "_answer", "_call", "_hook", "_task")
 
     def __init__(
         self,
-        silences: _Silences,
+        silences: DueQueue[_Watcher],
         receive: Receive,
         answer: _Answer,
         call: anyio.CancelScope,
         hook: Callable[[Callable[[], None] | None], None] | None,
     ) -> None:
-        self.window = silences.window
+        self.window = silences.delay
         self.gone = False
-        self.stopped = False
-        self.due = 0.0
+        self._silence: DueEntry[_Watcher] | None = None
         self._receive = receive
         self._answer = answer
         self._call = call
@@ -545,7 +505,7 @@ class _Watcher:
             self._task = loop.create_task(self._watch(ping_first=False))
         else:
             hook(self._hung_up)
-            silences.add(self, loop)
+            self._silence = silences.add(self)
 
     def _hung_up(self) -> None:
         self.gone = True
@@ -556,7 +516,8 @@ class _Watcher:
         self._task = asyncio.get_running_loop().create_task(self._watch(ping_first=True))
 
     def stop(self) -> None:
-        self.stopped = True
+        if self._silence is not None:
+            self._silence.done()
         if self._hook is not None:
             self._hook(None)
         if self._task is not None:

@@ -28,6 +28,8 @@ from typing import Any
 
 import httpx2
 
+from gateway.lazy_timers import LazyDeadline
+
 __all__ = ["Body", "LeanTransport", "Origin"]
 
 KEEPALIVE_EXPIRY = 4.0
@@ -38,8 +40,6 @@ REPLAYABLE = frozenset({"GET", "HEAD", "OPTIONS"})
 byte of the answer. Not POST: the server may have run the tool call before it closed."""
 READ_SIZE = 65536
 MAX_HEAD = 65536
-_EARLY = 0.001
-"""A timer may fire this much before its time (the loop's clock resolution): then it is due."""
 FINISH_SECONDS = 1.0
 FINISH_BYTES = 65536
 """What is read of an answer's rest after the caller has what it wanted (`Body.finish_later`):
@@ -47,9 +47,9 @@ an SSE answer's stream normally ends right after the answer's event."""
 
 
 class _Conn:
-    """One connection, with its reads' timeout: one timer re-armed lazily (`read`)."""
+    """One connection, with its reads' timeout: one timer moved lazily (`read`)."""
 
-    __slots__ = ("reader", "writer", "idle_since", "reused", "_loop", "_deadline", "_reading", "_timer", "_expired")
+    __slots__ = ("reader", "writer", "idle_since", "reused", "_loop", "_deadline", "_reading", "_expired")
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
@@ -57,30 +57,22 @@ class _Conn:
         self.idle_since = 0.0
         self.reused = False
         self._loop = asyncio.get_running_loop()
-        self._deadline = 0.0
+        self._deadline = LazyDeadline(self._loop, self._expire)
         self._reading: asyncio.Task[Any] | None = None
-        self._timer: asyncio.TimerHandle | None = None
         self._expired = False
 
     async def read(self, timeout: float | None, fn: Callable[..., Awaitable[bytes]], *args: Any) -> bytes:
         """`await fn(*args)`, a read of this connection's; TimeoutError after `timeout` seconds.
 
         What `asyncio.timeout` does, without a timer (and a Timeout, and the task looked up) per
-        read: the read's deadline is noted, and the connection's one timer, when it fires, either
-        finds the read due (cancelled, as `asyncio.timeout` cancels it) or is set again for the
-        deadline of the read now waiting (none waiting: unset until the next read). With one
-        timeout for every read, that is one timer per `timeout` seconds, not one per read."""
+        read: the read's deadline is noted (`LazyDeadline`), and when it is reached the read is
+        cancelled, as `asyncio.timeout` cancels it. With one timeout for every read, that is one
+        timer per `timeout` seconds, not one per read."""
         if timeout is None:
             return await fn(*args)
-        loop = self._loop
-        task = asyncio.current_task(loop)
+        task = asyncio.current_task(self._loop)
         assert task is not None
-        deadline = self._deadline = loop.time() + timeout
-        timer = self._timer
-        if timer is None or timer.when() > deadline:
-            if timer is not None:
-                timer.cancel()
-            self._timer = loop.call_at(deadline, self._expire)
+        self._deadline.set(self._loop.time() + timeout)
         cancelling = task.cancelling()
         self._reading = task
         try:
@@ -93,17 +85,13 @@ class _Conn:
             raise
         finally:
             self._reading = None
+            self._deadline.clear()
 
     def _expire(self) -> None:
-        self._timer = None
         task = self._reading
-        if task is None:
-            return
-        if self._deadline - self._loop.time() > _EARLY:
-            self._timer = self._loop.call_at(self._deadline, self._expire)
-            return
-        self._expired = True
-        task.cancel()
+        if task is not None:
+            self._expired = True
+            task.cancel()
 
     def usable(self, now: float) -> bool:
         return (
@@ -115,9 +103,7 @@ class _Conn:
     def close(self, abort: bool = False) -> None:
         """Close the socket; `abort` drops what is unsent too (a body read half-way leaves the
         connection in no state to reuse or to wait for)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._deadline.close()
         if abort:
             self.writer.transport.abort()
         else:
