@@ -41,6 +41,8 @@ ENVELOPE = {
     },
 }
 """What the gateway's SDK client stamps on each request to a 2026-07-28 upstream."""
+BARE_ENVELOPE = {**ENVELOPE, "io.modelcontextprotocol/clientCapabilities": {}}
+"""The envelope of a client that declares no capabilities: what the envelope's size costs."""
 LOG = {"io.modelcontextprotocol/logLevel": "debug"}
 
 VARIANTS: dict[str, tuple[bool, dict[str, Any], bool]] = {
@@ -49,6 +51,7 @@ VARIANTS: dict[str, tuple[bool, dict[str, Any], bool]] = {
     "handshake+progress": (False, {}, True),
     "handshake+log": (False, LOG, False),
     "modern": (True, ENVELOPE, False),
+    "modern-bare": (True, BARE_ENVELOPE, False),
     "modern+progress": (True, ENVELOPE, True),
     "modern+log": (True, {**LOG, **ENVELOPE}, False),
     "modern+log+progress": (True, {**LOG, **ENVELOPE}, True),
@@ -102,7 +105,7 @@ class Child:
         await self.request("tools/call", params)
 
 
-async def _spawn(name: str) -> Child:
+async def _spawn(name: str, children: list[Child]) -> None:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         str(DEMO_SERVER),
@@ -115,8 +118,8 @@ async def _spawn(name: str) -> Child:
         limit=1 << 24,
     )
     child = Child(name, process)
-    await asyncio.wait_for(child.open(), 30)
-    return child
+    children.append(child)  # stopped by `run` even if it never answers
+    await asyncio.wait_for(child.open(), 120)
 
 
 async def _batch(child: Child, rounds: int, inflight: int) -> None:
@@ -125,8 +128,10 @@ async def _batch(child: Child, rounds: int, inflight: int) -> None:
 
 
 async def run(args: argparse.Namespace) -> dict[str, list[float]]:
-    children = [await _spawn(name) for name in args.variants]
+    children: list[Child] = []
     try:
+        for name in args.variants:
+            await _spawn(name, children)
         for child in children:  # warm-up: imports, caches, the JIT-less interpreter's first paths
             await _batch(child, 20, args.inflight)
         per_turn: dict[str, list[float]] = {c.name: [] for c in children}
