@@ -36,6 +36,9 @@ __all__ = [
 
 REPO = Path(__file__).resolve().parent.parent
 PROXY_SCRIPT = Path(__file__).with_name("fastmcp_proxy.py")
+UPSTREAM_PROTOCOL = "    protocol: ${GATEWAY_BENCH_UPSTREAM_PROTOCOL:-auto}\n"
+"""The upstream entry's `protocol`, `auto` unless a checkout's settings say otherwise
+(`--gateway-checkout NAME=DIR,GATEWAY_BENCH_UPSTREAM_PROTOCOL=legacy`: the handshake era upstream)."""
 NO_CALL_LIMIT = "security:\n  limits:\n    max_calls_per_session: null\n"
 """The gateway's config lifts its calls-per-session limit (10,000 by default): one stdio session
 of a long run or a soak makes more calls than that, and a refusal is not what is measured."""
@@ -284,7 +287,11 @@ async def start_targets(
         kind = "sse" if upstream_sse else "http"
         upstream, port = await _spawn_http(processes, _demo_command(kind, "up"), env, "PORT=")
         upstream_url = f"http://127.0.0.1:{port}/{'sse' if upstream_sse else 'mcp'}"
-        upstream_entry = f"mcps:\n  up:\n    url: {upstream_url}\n" + ("    transport: sse\n" if upstream_sse else "")
+        upstream_entry = (
+            f"mcps:\n  up:\n    url: {upstream_url}\n"
+            + ("    transport: sse\n" if upstream_sse else "")
+            + UPSTREAM_PROTOCOL
+        )
         up = {"upstream": upstream}
         for path in paths:
             if path == "direct":
@@ -318,6 +325,7 @@ async def start_targets(
                 config = write_config(
                     workdir / f"stdio-{path}" / "gw.yaml",
                     f"mcps:\n  up:\n    command: {json.dumps(command[0])}\n    args: {json.dumps(command[1:])}\n"
+                    + UPSTREAM_PROTOCOL
                     + NO_CALL_LIMIT,
                 )
                 argv, env, cwd = checkout.command(config, "stdio"), checkout.env(env), checkout.root

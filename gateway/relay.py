@@ -38,7 +38,16 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-__all__ = ["Exchange", "ExchangeTable", "Interactions", "Relay", "RelayScope", "connection_of", "progress_forwarder"]
+__all__ = [
+    "Exchange",
+    "ExchangeTable",
+    "Interactions",
+    "Relay",
+    "RelayScope",
+    "asks_for_progress",
+    "connection_of",
+    "progress_forwarder",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -328,12 +337,14 @@ class Interactions:
             return await self._outcome(resumed)
 
         if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS or not _may_be_asked(ctx):
+            progress = progress_forwarder(lambda: ctx) if asks_for_progress(ctx) else None
             with self.relay.scope(upstream_id, ctx):
-                return await send(progress_forwarder(lambda: ctx))
+                return await send(progress)
 
         exchange = Exchange(ctx=ctx)
 
         async def run_call() -> Any:
+            # Always a forwarder: the client's retries are new requests, and one may ask for progress.
             with self.relay.scope(upstream_id, ctx, exchange):
                 return await send(progress_forwarder(lambda: exchange.ctx or ctx))
 
@@ -358,13 +369,29 @@ def _may_be_asked(ctx: ServerRequestContext[Any, Any]) -> bool:
     return caps is not None and (caps.sampling is not None or caps.elicitation is not None or caps.roots is not None)
 
 
-def progress_forwarder(current: Callable[[], ServerRequestContext[Any, Any]]) -> Any:
-    """A progress callback for the upstream call that reports on the client's current request.
+_UNKNOWN = object()
 
-    Always passed: whether the client asked for progress is known only to the SDK's
-    dispatch context (a token on JSON-RPC transports, a callback in memory), and
-    `report_progress` is a no-op when it did not.
+
+def asks_for_progress(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether progress reported on this request reaches its client, so that the upstream request
+    should ask for it (a `progressToken`, which costs the upstream a reporter per call).
+
+    Read from the request's channel, where `report_progress` looks: a token on JSON-RPC
+    transports (the SDK's and the gateway's lean ones), the caller's callback in memory. A
+    channel of another kind: True, as if asked (reporting on it stays a no-op if it was not).
     """
+    channel = getattr(ctx.session, "_request_outbound", None)
+    channel = getattr(channel, "_inner", channel)  # the SDK's 2026-07-28 wrapper over a stream's channel
+    on_progress = getattr(channel, "_on_progress", _UNKNOWN)  # in memory
+    if on_progress is not _UNKNOWN:
+        return on_progress is not None
+    token = getattr(channel, "_progress_token", getattr(channel, "progress_token", _UNKNOWN))
+    return token is not None
+
+
+def progress_forwarder(current: Callable[[], ServerRequestContext[Any, Any]]) -> Any:
+    """A progress callback for the upstream call that reports on the client's current request
+    (`current`: it changes when a 2026-07-28 client retries with answers)."""
 
     async def forward(progress: float, total: float | None, message: str | None) -> None:
         try:

@@ -10,8 +10,9 @@ answer read back without going through the SDK's streams: over a stdio child
 Lean requests use their own id space (`gw-1`, `gw-2`...). The SDK still does the handshake,
 listings, subscriptions, pings and server-to-client requests, and its session supplies what a
 request carries (`_stamp`: the protocol version, and on 2026-07-28 the per-request `_meta` and
-headers). A result is checked as the SDK's session checks it (`gateway.upstreams.lean_results`:
-the same code, skipped only where its answer is yes for sure). A rare answer (an input-required
+headers; over stdio, where there are no headers, its `_meta` is read once per stamp). A result
+is checked as the SDK's session checks it (`gateway.upstreams.lean_results`: the same code,
+skipped only where its answer is yes for sure). A rare answer (an input-required
 round, an extension's claimed shape, a 2026 header mismatch) is finished by the SDK's client.
 Errors are raised as the SDK raises them (`MCPError` with the same codes and messages), so
 `Upstream.request` translates them the same way. `GATEWAY_UPSTREAMS__LEAN_CALLS=false` leaves
@@ -40,7 +41,40 @@ from gateway.upstreams.lean_wire import LeanCalls, OnLog, StdioLean
 
 __all__ = ["LeanCalls", "bind", "call_tool", "channel_of", "get_prompt", "lean_channel", "read_resource"]
 
-_channels: dict[int, tuple[Client, LeanCalls]] = {}
+
+class _Bound:
+    """An open client's lean channel, and the `_meta` its session stamps on every request over stdio."""
+
+    __slots__ = ("channel", "client", "envelope", "level", "stamp")
+
+    def __init__(self, client: Client, channel: LeanCalls) -> None:
+        self.client, self.channel = client, channel
+        self.stamp: Any = None
+        """The session's stamp `envelope` was read from (a new one when the session re-negotiates)."""
+        self.envelope: dict[str, Any] = {}
+        self.level: Any = None
+        """The stamp's default log-level opt-in: a request's own wins over it."""
+
+    def stamped(self, session: Any, meta: dict[str, Any] | None) -> dict[str, Any] | None:
+        """`meta` as `session._stamp` leaves it (the 2026-07-28 envelope, nothing on the handshake era),
+        from the envelope read once per stamp: the stamp writes the same keys on every request, and
+        the headers it also makes are not sent over stdio."""
+        stamp = session._stamp
+        if stamp is not self.stamp:
+            probe: dict[str, Any] = {"method": "ping", "params": {}}
+            stamp(probe, {})
+            self.envelope = dict(probe["params"].get("_meta") or {})
+            self.level = self.envelope.pop(types.LOG_LEVEL_META_KEY, None)
+            self.stamp = stamp
+        if not self.envelope and self.level is None:
+            return meta
+        merged = {**meta, **self.envelope} if meta else dict(self.envelope)
+        if self.level is not None:
+            merged.setdefault(types.LOG_LEVEL_META_KEY, self.level)
+        return merged
+
+
+_channels: dict[int, _Bound] = {}
 """The open clients with a lean path, by `id` (the SDK's `Client` is not hashable)."""
 
 
@@ -49,20 +83,25 @@ def bind(client: Client, channel: LeanCalls | None) -> None:
     if channel is None:
         _channels.pop(id(client), None)
     else:
-        _channels[id(client)] = (client, channel)
+        _channels[id(client)] = _Bound(client, channel)
+
+
+def _bound(client: Client) -> _Bound | None:
+    found = _channels.get(id(client))
+    return found if found is not None and found.client is client else None
 
 
 def channel_of(client: Client) -> LeanCalls | None:
-    found = _channels.get(id(client))
-    return found[1] if found is not None and found[0] is client else None
+    found = _bound(client)
+    return found.channel if found is not None else None
 
 
-def _usable(client: Client) -> LeanCalls | None:
+def _usable(client: Client) -> _Bound | None:
     """The client's lean channel; None to leave the request to the SDK's client."""
-    channel = channel_of(client)
-    if channel is not None and channel.broken:  # not sent: `Upstream.request` says so, and retries
+    bound = _bound(client)
+    if bound is not None and bound.channel.broken:  # not sent: `Upstream.request` says so, and retries
         raise ConnectionRefusedError("the connection failed and is being re-made")
-    return channel
+    return bound
 
 
 def _meta(meta: Any) -> dict[str, Any]:
@@ -74,20 +113,27 @@ def _meta(meta: Any) -> dict[str, Any]:
 
 
 async def _send(
-    client: Client, channel: LeanCalls, method: str, params: dict[str, Any], meta: Any, progress: Any
+    client: Client, bound: _Bound, method: str, params: dict[str, Any], meta: Any, progress: Any
 ) -> dict[str, Any]:
     """One request as `ClientSession.send_request` sends it (stamped, in a CLIENT span, the trace
     context in `_meta`), on the lean channel; its raw result."""
-    if meta is not None:
-        out_meta = _meta(meta)
+    channel = bound.channel
+    out_meta = _meta(meta) if meta is not None else None
+    headers: dict[str, str]
+    if isinstance(channel, StdioLean):
+        out_meta = bound.stamped(client.session, out_meta)
         if out_meta:
             params["_meta"] = out_meta
-    data: dict[str, Any] = {"method": method, "params": params}
-    opts: dict[str, Any] = {}
-    client.session._stamp(data, opts)  # type: ignore[arg-type]
-    params = data["params"]
+        headers = {}
+    else:
+        if out_meta:
+            params["_meta"] = out_meta
+        data: dict[str, Any] = {"method": method, "params": params}
+        opts: dict[str, Any] = {}
+        client.session._stamp(data, opts)  # type: ignore[arg-type]
+        params = data["params"]
+        headers = opts.get("headers") or {}
     request_id = channel.next_id()
-    headers = opts.get("headers") or {}
     if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         # No provider installed: the SDK's span would be a no-op whose (invalid) context injects
         # nothing, so there is neither here. `_meta` is the request's own (a copy, or the stamp's).
@@ -140,14 +186,14 @@ async def call_tool(
 ) -> types.CallToolResult:
     """`client.call_tool(name, arguments, progress_callback=progress, meta=meta)`, on the lean path
     when the client has one (`bind`)."""
-    channel = _usable(client)
-    if channel is None:
+    bound = _usable(client)
+    if bound is None:
         return await client.call_tool(name, arguments, progress_callback=progress, meta=meta)
     params: dict[str, Any] = {"name": name}
     if arguments is not None:
         params["arguments"] = arguments
     try:
-        raw = await _send(client, channel, "tools/call", params, meta, progress)
+        raw = await _send(client, bound, "tools/call", params, meta, progress)
     except MCPError as exc:
         if not _header_mismatch(client, exc):
             raise
@@ -156,7 +202,7 @@ async def call_tool(
     result = validated(session, "tools/call", raw, session._call_tool_adapter)
     if isinstance(result, types.CallToolResult):
         if not result.is_error:
-            await channel.outputs.validate(session, name, result)
+            await bound.channel.outputs.validate(session, name, result)
         return result
     return await _finish_rare(client, name, arguments, result, progress, meta)
 
@@ -201,11 +247,11 @@ async def _simple(
 ) -> Any:
     """A request whose only rare answer is an input-required round (`resources/read`, `prompts/get`):
     on the lean channel, that round and a header mismatch finished by the SDK's client (`retry`)."""
-    channel = _usable(client)
-    if channel is None:
+    bound = _usable(client)
+    if bound is None:
         return None
     try:
-        raw = await _send(client, channel, method, params, meta, None)
+        raw = await _send(client, bound, method, params, meta, None)
     except MCPError as exc:
         if not _header_mismatch(client, exc):
             raise
