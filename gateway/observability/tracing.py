@@ -38,6 +38,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.config.runtime_settings import TracingSettings
 from gateway.errors import GatewayError
+from gateway.tracer_provider import provider_installed
 from gateway.version import installed_version
 
 __all__ = [
@@ -321,26 +322,6 @@ class RequestSpans:
         if _tracer is None and not (meta and "traceparent" in meta) and not provider_installed():
             return call_next(ctx)
         return self.sdk(ctx, call_next)
-
-
-_NAMED_PROVIDER = "OTEL_PYTHON_TRACER_PROVIDER"
-"""The variable naming a provider the API loads on first use (`opentelemetry.environment_variables`)."""
-
-
-def provider_installed() -> bool:
-    """Whether the process has a tracer provider (anyone's), as `get_tracer_provider` would say, without its
-    per-call look into `os.environ` (a third of a proxied call's tracing-off cost): the API sets its global
-    once and never unsets it, so it is read as it is; a provider named in the environment counts as installed
-    (the SDK's middleware then loads it on first use, as before)."""
-    if getattr(trace, "_TRACER_PROVIDER", None) is not None or _provider_named:
-        return True
-    return not hasattr(trace, "_TRACER_PROVIDER") and not isinstance(
-        trace.get_tracer_provider(), trace.ProxyTracerProvider
-    )
-
-
-_provider_named = _NAMED_PROVIDER in os.environ
-"""Read once, at import: the API itself reads it only until a provider is set."""
 
 
 def skip_idle_request_spans(middleware: list[Any]) -> None:

@@ -32,9 +32,9 @@ from mcp.client.session import _GetPromptResultAdapter, _ReadResourceResultAdapt
 from mcp.shared._otel import inject_trace_context, otel_span
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
+from gateway.tracer_provider import provider_installed
 from gateway.upstreams.lean_post import HttpLean
 from gateway.upstreams.lean_results import validated
 from gateway.upstreams.lean_wire import LeanCalls, OnLog, StdioLean
@@ -134,7 +134,7 @@ async def _send(
         params = data["params"]
         headers = opts.get("headers") or {}
     request_id = channel.next_id()
-    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+    if not provider_installed():
         # No provider installed: the SDK's span would be a no-op whose (invalid) context injects
         # nothing, so there is neither here. `_meta` is the request's own (a copy, or the stamp's).
         if progress is not None:
